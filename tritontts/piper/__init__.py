@@ -1,0 +1,1 @@
+"""Piper (VITS) family: text stage (normalize, split, phonemize) -> VITS stage (ONNX)."""

@@ -1,0 +1,81 @@
+"""Stage conventions shared by every family (no Triton import: the front uses them too).
+
+Every family ensemble takes the same inputs and streams the same outputs, so the front,
+tritonclient users and perf_analyzer talk to all families alike:
+
+  inputs   text   BYTES [1]   UTF-8 text to speak
+           voice  BYTES [1]   voice name ("" = the family's default voice)
+           params BYTES [1]   JSON object of per-request parameters ("" = {}), validated
+                              by the family's own parser (e.g. tritontts.piper.request)
+  outputs  audio        FP32  [-1]  mono samples in [-1, 1] for one chunk
+           sample_rate  INT32 [1]
+           chunk_index  INT32 [1]   0, 1, 2, ... in order
+           is_final     BOOL  [1]   true on the request's last chunk
+
+Errors: a stage answers a bad request with a TritonError whose message starts with
+INVALID_REQUEST_TAG; the front turns that into HTTP 400 with the rest of the message.
+Any other error is a server fault (HTTP 500).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+TEXT, VOICE, PARAMS = "text", "voice", "params"
+AUDIO, SAMPLE_RATE, CHUNK_INDEX, IS_FINAL = "audio", "sample_rate", "chunk_index", "is_final"
+ENSEMBLE_INPUTS = (TEXT, VOICE, PARAMS)
+ENSEMBLE_OUTPUTS = (AUDIO, SAMPLE_RATE, CHUNK_INDEX, IS_FINAL)
+
+INVALID_REQUEST_TAG = "[invalid_request]"
+
+# Longest text one request may carry; longer input is a 400, not an hour of audio.
+MAX_INPUT_CHARS = 4096
+
+
+class InvalidRequest(ValueError):
+    """The request is wrong and the message says what to fix (HTTP 400)."""
+
+
+def parse_params(raw: str | bytes | None) -> dict[str, Any]:
+    """Decode the `params` tensor: empty means no parameters."""
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", errors="strict")
+    if not raw:
+        return {}
+    try:
+        params = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"params must be a JSON object: {exc}") from None
+    if not isinstance(params, dict):
+        raise InvalidRequest("params must be a JSON object")
+    return params
+
+
+def split_invalid_request(message: str) -> str | None:
+    """Return the client-facing part of a stage error if it is a request error."""
+    idx = message.find(INVALID_REQUEST_TAG)
+    if idx < 0:
+        return None
+    return message[idx + len(INVALID_REQUEST_TAG):].strip()
+
+
+def number_param(params: dict[str, Any], name: str, default: float | None,
+                 low: float, high: float) -> float | None:
+    """A numeric parameter within [low, high], or the default when absent/null."""
+    value = params.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidRequest(f"{name} must be a number between {low} and {high}")
+    if not low <= float(value) <= high:
+        raise InvalidRequest(f"{name} must be between {low} and {high}, got {value}")
+    return float(value)
+
+
+def seed_param(params: dict[str, Any]) -> int | None:
+    value = params.get("seed")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise InvalidRequest("seed must be a non-negative integer below 2**63")
+    return value

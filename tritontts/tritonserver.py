@@ -1,0 +1,128 @@
+"""Find, prepare and run the tritonserver binary that ships in the nvidia-pytriton wheel.
+
+Facts behind this (../shared/TRITON_ON_CPU.md): the Python backend needs the stub built for
+the running interpreter copied next to it; the wheel's shared libraries and the
+interpreter's own libpython must come first on LD_LIBRARY_PATH; the stub imports
+packages from this environment's site-packages, and our code from the repository root.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MODEL_REPOSITORIES = (REPO_ROOT / "model_repository", REPO_ROOT / "ensembles")
+
+
+def pytriton_root() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("nvidia-pytriton is not installed: run scripts/setup.sh")
+    return Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
+
+
+def prepare_python_backend() -> Path:
+    """Copy the stub for this Python version beside libtriton_python.so (idempotent)."""
+    root = pytriton_root()
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
+    target = root / "backends" / "python" / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise RuntimeError(f"no Triton Python backend stub for Python {version} in {stub.parent}")
+    if not target.is_file() or target.stat().st_size != stub.stat().st_size:
+        shutil.copy2(stub, target)
+    target.chmod(0o755)
+    return root / "backends"
+
+
+def triton_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    root = pytriton_root()
+    libs = root.parent.parent / "nvidia_pytriton.libs"
+    libdir = sysconfig.get_config_var("LIBDIR")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (libdir, str(libs), env.get("LD_LIBRARY_PATH", "")) if p)
+    env["TRITONTTS_PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT), *site.getsitepackages()) if p)
+    env.setdefault("LC_ALL", "C.UTF-8")
+    env.setdefault("OMP_NUM_THREADS", "1")  # stages set their own intra-op threads
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class TritonServer:
+    """A tritonserver child process with explicit model control."""
+
+    models: list[str]
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    repositories: tuple[Path, ...] = MODEL_REPOSITORIES
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: Path | None = None
+    process: subprocess.Popen | None = None
+
+    def command(self) -> list[str]:
+        cmd = [str(pytriton_root() / "bin" / "tritonserver"),
+               f"--backend-directory={prepare_python_backend()}",
+               "--model-control-mode=explicit",
+               f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}",
+               f"--metrics-port={self.metrics_port}",
+               "--exit-timeout-secs=10", "--log-verbose=0"]
+        cmd += [f"--model-repository={repo}" for repo in self.repositories]
+        cmd += [f"--load-model={model}" for model in self.models]
+        return cmd
+
+    def start(self) -> "TritonServer":
+        log = open(self.log_path, "ab") if self.log_path else None
+        self.process = subprocess.Popen(self.command(), env=triton_env(self.env),
+                                        stdout=log or None, stderr=subprocess.STDOUT if log else None,
+                                        start_new_session=True)
+        return self
+
+    @property
+    def grpc_url(self) -> str:
+        return f"localhost:{self.grpc_port}"
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        """Wait until the server and every requested model are ready; fail loudly."""
+        import tritonclient.grpc as grpcclient
+
+        deadline = time.monotonic() + timeout
+        client = grpcclient.InferenceServerClient(self.grpc_url)
+        try:
+            while time.monotonic() < deadline:
+                if self.process and self.process.poll() is not None:
+                    raise RuntimeError(f"tritonserver exited with code {self.process.returncode}"
+                                       + (f"; see {self.log_path}" if self.log_path else ""))
+                try:
+                    if client.is_server_ready() and all(client.is_model_ready(m) for m in self.models):
+                        return
+                except Exception:
+                    pass
+                time.sleep(0.5)
+        finally:
+            client.close()
+        raise TimeoutError(f"tritonserver not ready after {timeout:.0f}s"
+                           + (f"; see {self.log_path}" if self.log_path else ""))
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if not self.process or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
