@@ -1,0 +1,128 @@
+"""Float32 audio chunks -> bytes of the requested response_format, incrementally.
+
+Every format is produced chunk by chunk, so streaming and non-streaming share one path:
+wav (a streamed WAV header carries 0xFFFFFFFF sizes, as OpenAI's does), raw 16-bit PCM,
+and flac/mp3/opus/aac through PyAV (its wheel carries libmp3lame, libopus and aac).
+"""
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+
+FORMATS = ("wav", "pcm", "flac", "mp3", "opus", "aac")
+CONTENT_TYPES = {
+    "wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac",
+    "mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac",
+}
+# PyAV container format, codec, and a sample rate the codec accepts (None: keep).
+_AV = {
+    "flac": ("flac", "flac", None),
+    "mp3": ("mp3", "libmp3lame", None),
+    "opus": ("ogg", "libopus", 48000),
+    "aac": ("adts", "aac", None),
+}
+
+
+def to_pcm16(audio: np.ndarray) -> bytes:
+    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+
+
+def wav_header(sample_rate: int, num_samples: int | None) -> bytes:
+    """44-byte PCM16 mono header; num_samples=None marks an unknown (streamed) length."""
+    data = 0xFFFFFFFF if num_samples is None else num_samples * 2
+    riff = 0xFFFFFFFF if num_samples is None else 36 + data
+    return (b"RIFF" + struct.pack("<I", riff) + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
+            + b"data" + struct.pack("<I", data))
+
+
+class _Sink(io.RawIOBase):
+    """A write-only file PyAV muxes into; drain() hands out what was written so far."""
+
+    def __init__(self):
+        self._buf = bytearray()
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        self._buf += b
+        return len(b)
+
+    def drain(self) -> bytes:
+        out, self._buf = bytes(self._buf), bytearray()
+        return out
+
+
+class AudioEncoder:
+    """encode(chunk) -> bytes ready to send; finish() -> the trailing bytes."""
+
+    def __init__(self, fmt: str, sample_rate: int, streaming: bool):
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown format {fmt!r}")
+        self.format, self.sample_rate, self.streaming = fmt, sample_rate, streaming
+        self._started = False
+        self._pcm: list[bytes] = []  # non-streaming wav needs the length first
+        self._av = None
+        if fmt in _AV:
+            self._open_av()
+
+    def _open_av(self):
+        import av
+
+        container_fmt, codec, rate = _AV[self.format]
+        self._sink = _Sink()
+        # Ogg buffers a page per second by default: flush pages per chunk instead.
+        options = {"page_duration": "20000", "flush_packets": "1"} if container_fmt == "ogg" else {}
+        self._container = av.open(self._sink, mode="w", format=container_fmt, options=options)
+        self._stream = self._container.add_stream(codec, rate=rate or self.sample_rate)
+        self._stream.layout = "mono"
+        if self.format in ("mp3", "aac"):
+            self._stream.bit_rate = 64000
+        self._resampler = av.AudioResampler(
+            format=self._stream.codec_context.codec.audio_formats[0].name,
+            layout="mono", rate=rate or self.sample_rate)
+        self._av = av
+        self._pts = 0
+
+    @property
+    def content_type(self) -> str:
+        return CONTENT_TYPES[self.format]
+
+    def encode(self, audio: np.ndarray) -> bytes:
+        if self.format == "pcm":
+            return to_pcm16(audio)
+        if self.format == "wav":
+            if not self.streaming:
+                self._pcm.append(to_pcm16(audio))
+                return b""
+            head = b"" if self._started else wav_header(self.sample_rate, None)
+            self._started = True
+            return head + to_pcm16(audio)
+        frame = self._av.AudioFrame.from_ndarray(
+            np.asarray(audio, dtype=np.float32).reshape(1, -1), format="flt", layout="mono")
+        frame.sample_rate = self.sample_rate
+        frame.pts = self._pts
+        self._pts += frame.samples
+        for resampled in self._resampler.resample(frame):
+            for packet in self._stream.encode(resampled):
+                self._container.mux(packet)
+        return self._sink.drain()
+
+    def finish(self) -> bytes:
+        if self.format == "pcm":
+            return b""
+        if self.format == "wav":
+            if self.streaming:
+                return b"" if self._started else wav_header(self.sample_rate, None)
+            pcm = b"".join(self._pcm)
+            return wav_header(self.sample_rate, len(pcm) // 2) + pcm
+        for resampled in self._resampler.resample(None):
+            for packet in self._stream.encode(resampled):
+                self._container.mux(packet)
+        for packet in self._stream.encode(None):
+            self._container.mux(packet)
+        self._container.close()
+        return self._sink.drain()

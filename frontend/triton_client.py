@@ -1,0 +1,116 @@
+"""Triton gRPC streaming for the front: one bidirectional stream per speech request, all
+over one shared channel (asyncio client)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+import grpc
+import numpy as np
+import tritonclient.grpc.aio as grpcaio
+from tritonclient.grpc import InferInput, InferRequestedOutput
+from tritonclient.utils import InferenceServerException
+
+from tritontts import stage
+
+
+class TritonUnavailable(RuntimeError):
+    """Triton cannot be reached or the model is not ready (HTTP 503)."""
+
+
+class StageRejected(ValueError):
+    """A stage said the request is invalid (HTTP 400)."""
+
+
+class StageFailed(RuntimeError):
+    """A stage failed on a valid request (HTTP 500)."""
+
+
+@dataclass
+class AudioChunk:
+    audio: np.ndarray
+    sample_rate: int
+    index: int
+    final: bool
+
+
+def _bytes_input(name: str, value: str) -> InferInput:
+    tensor = InferInput(name, [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[value.encode("utf-8")]], dtype=np.object_))
+    return tensor
+
+
+def _classify(message: str) -> Exception:
+    client_part = stage.split_invalid_request(message)
+    if client_part is not None:
+        return StageRejected(client_part)
+    if any(s in message for s in ("failed to connect", "StatusCode.UNAVAILABLE", "not ready",
+                                  "Request for unknown model", "is not found")):
+        return TritonUnavailable(message)
+    return StageFailed(message)
+
+
+class TritonSpeechClient:
+    def __init__(self, url: str, request_timeout_s: float = 300.0):
+        self.url = url
+        self.request_timeout_s = request_timeout_s
+        self._client = grpcaio.InferenceServerClient(url)
+
+    async def close(self):
+        await self._client.close()
+
+    async def server_ready(self) -> bool:
+        try:
+            return await self._client.is_server_ready()
+        except Exception:
+            return False
+
+    async def model_ready(self, model: str) -> bool:
+        try:
+            return await self._client.is_model_ready(model)
+        except Exception:
+            return False
+
+    async def synthesize(self, model: str, text: str, voice: str, params: dict,
+                         request_id: str) -> AsyncIterator[AudioChunk]:
+        """Yield the ensemble's chunks in order until the one marked final."""
+        request = {
+            "model_name": model,
+            "inputs": [_bytes_input(stage.TEXT, text), _bytes_input(stage.VOICE, voice),
+                       _bytes_input(stage.PARAMS, json.dumps(params))],
+            "outputs": [InferRequestedOutput(name) for name in stage.ENSEMBLE_OUTPUTS],
+            "request_id": request_id,
+        }
+
+        async def one_request():
+            yield request
+
+        try:
+            responses = self._client.stream_infer(one_request(), stream_timeout=self.request_timeout_s)
+        except InferenceServerException as exc:
+            raise _classify(str(exc)) from None
+        expected = 0
+        try:
+            async for result, error in responses:
+                if error is not None:
+                    raise _classify(str(error))
+                chunk = AudioChunk(
+                    audio=result.as_numpy(stage.AUDIO).reshape(-1),
+                    sample_rate=int(result.as_numpy(stage.SAMPLE_RATE).reshape(-1)[0]),
+                    index=int(result.as_numpy(stage.CHUNK_INDEX).reshape(-1)[0]),
+                    final=bool(result.as_numpy(stage.IS_FINAL).reshape(-1)[0]))
+                if chunk.index != expected:
+                    raise StageFailed(f"chunk {chunk.index} arrived, expected {expected}")
+                expected += 1
+                yield chunk
+                if chunk.final:
+                    return
+            raise StageFailed("the stream ended before the final chunk")
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise TritonUnavailable(f"{exc.code().name}: {exc.details()}") from None
+            raise _classify(f"{exc.code().name}: {exc.details()}") from None
+        finally:
+            # Stop the server-side work if the caller went away (client disconnect).
+            responses.cancel()

