@@ -50,6 +50,9 @@ def main(argv=None) -> int:
         print(f"unknown families {unknown}; known: {', '.join(FAMILIES)}", file=sys.stderr)
         return 2
 
+    # SIGTERM (also re-raised by uvicorn after its graceful shutdown) is a normal stop:
+    # unwind through the finally below so tritonserver is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     triton = None
     triton_url = args.triton_url
     if triton_url is None:
@@ -60,17 +63,11 @@ def main(argv=None) -> int:
             env["TRITONTTS_PIPER_VOICES"] = str(Path(args.piper_voices).resolve())
         triton = TritonServer(families, args.http_port, args.grpc_port, args.metrics_port,
                               env=env, log_path=Path(args.triton_log) if args.triton_log else None)
-        # SIGTERM before the front is up must still stop tritonserver.
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        try:
+    try:
+        if triton is not None:
             print(f"starting tritonserver ({', '.join(families)}) ...", flush=True)
             triton.start().wait_ready()
-        except BaseException:
-            triton.stop()
-            raise
-        triton_url = triton.grpc_url
-
-    try:
+            triton_url = triton.grpc_url
         app = create_app(triton_url, families, args.max_in_flight)
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
         server = uvicorn.Server(config)
@@ -81,6 +78,8 @@ def main(argv=None) -> int:
               "       -d '{\"input\":\"Hello there.\",\"voice\":\"default\"}' --output out.wav\n",
               flush=True)
         server.run()  # returns on Ctrl-C / SIGTERM (uvicorn handles both)
+    except KeyboardInterrupt:
+        pass
     finally:
         if triton is not None:
             triton.stop()

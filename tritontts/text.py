@@ -41,8 +41,10 @@ def normalize(text: str) -> str:
 
 
 def _ends_with_abbreviation(fragment: str) -> bool:
-    word = fragment.rstrip(".!?\"')]").rsplit(None, 1)[-1] if fragment.strip() else ""
-    word = word.lower().strip("(\"'")
+    words = fragment.rstrip(".!?\"')]").split()
+    if not words:
+        return False
+    word = words[-1].lower().strip("(\"'")
     # Known abbreviations, initials ("J."), and dotted acronyms ("U.S.", "e.g.").
     return word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha()) or "." in word
 

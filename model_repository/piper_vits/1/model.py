@@ -11,6 +11,8 @@ from tritontts.piper.vits import PiperVits
 from tritontts.piper.voices import load_voice_table
 from tritontts.triton_utils import error_response, input_array, input_scalar, model_parameters, tensor
 
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
 
 class TritonPythonModel:
     def initialize(self, args):
@@ -22,7 +24,11 @@ class TritonPythonModel:
                      for name, spec in self.voices.voices.items()}
 
     def execute(self, requests):
-        return [self._synthesize(request) for request in requests]
+        # Send each chunk's response as soon as it is ready rather than returning the whole
+        # batch at the end: a batch must not delay the first chunk of a stream.
+        for request in requests:
+            request.get_response_sender().send(self._synthesize(request), flags=FINAL)
+        return None
 
     def _synthesize(self, request):
         try:

