@@ -45,6 +45,7 @@ class TritonPythonModel:
         params = parse_piper_params(stage.parse_params(input_scalar(request, stage.PARAMS, "")))
         scales = scales_for(params, spec.config)
         seed = params.seed if params.seed is not None else secrets.randbits(62)
+        stream_id = secrets.randbits(63)
         phonemizer = self.phonemizers[id(spec.config)]
         sentences = phonemizer.sentences(text)
         # Emit each sentence once the next is known to exist, so the last one is marked final.
@@ -55,20 +56,21 @@ class TritonPythonModel:
             if not ids:
                 continue
             if pending is not None:
-                sender.send(self._chunk(pending, scales, seed, spec.name, index, False))
+                sender.send(self._chunk(pending, scales, seed, stream_id, spec.name, index, False))
                 index += 1
             pending = ids
         if pending is None:
             raise stage.InvalidRequest("input has nothing to speak")
-        sender.send(self._chunk(pending, scales, seed, spec.name, index, True), flags=FINAL)
+        sender.send(self._chunk(pending, scales, seed, stream_id, spec.name, index, True), flags=FINAL)
 
     @staticmethod
-    def _chunk(ids, scales, seed, voice, index, final):
+    def _chunk(ids, scales, seed, stream_id, voice, index, final):
         return pb_utils.InferenceResponse(output_tensors=[
             tensor("phoneme_ids", ids, np.int64),
             tensor("scales", scales, np.float32),
             tensor("seed", [seed], np.int64),
             tensor("voice", [voice.encode()], np.object_),
+            tensor("stream_id", [stream_id], np.int64),
             tensor("chunk_index", [index], np.int32),
             tensor("is_final", [final], np.bool_),
         ])

@@ -1,0 +1,102 @@
+"""Chunk scheduling for decoupled synthesis stages.
+
+Triton's queue is first-in-first-out: under load, the first sentence of a new stream waits
+behind every later sentence of the streams before it, and time to first audio grows with
+the load. A stage using ChunkScheduler takes chunks off Triton's queue at once and runs
+them on its own worker threads, lowest chunk index first (then arrival), so every stream's
+next chunk goes before any stream's chunk after it: new streams start fast and running
+streams advance in step. Results of one stream are released in chunk order, whatever order
+the workers finish them in (state keyed by the stream id the text stage assigns).
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# A stream whose final chunk never comes (its text stage failed midway) is forgotten after this.
+STALE_STREAM_S = 600.0
+
+
+@dataclass(order=True)
+class _Job:
+    chunk_index: int
+    seq: int
+    stream_id: int = field(compare=False)
+    final: bool = field(compare=False)
+    work: Callable[[], Any] = field(compare=False)
+    deliver: Callable[[Any], None] = field(compare=False)
+
+
+@dataclass
+class _Stream:
+    next_index: int = 0
+    ready: dict = field(default_factory=dict)  # chunk index -> (result, deliver, final)
+    touched: float = field(default_factory=time.monotonic)
+
+
+class ChunkScheduler:
+    def __init__(self, workers: int, name: str = "chunks"):
+        self._heap: list[_Job] = []
+        self._streams: dict[int, _Stream] = {}
+        self._lock = threading.Condition()
+        self._seq = itertools.count()
+        self._closed = False
+        self._threads = [threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True)
+                         for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, stream_id: int, chunk_index: int, final: bool,
+               work: Callable[[], Any], deliver: Callable[[Any], None]) -> None:
+        """Run work() on a worker; deliver(result) once all earlier chunks are delivered.
+        If work() raises, deliver receives the exception (the stream's order still holds)."""
+        with self._lock:
+            heapq.heappush(self._heap, _Job(chunk_index, next(self._seq), stream_id, final,
+                                            work, deliver))
+            self._lock.notify()
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._heap)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._heap and not self._closed:
+                    self._lock.wait()
+                if self._closed:
+                    return
+                job = heapq.heappop(self._heap)
+            try:
+                result = job.work()
+            except Exception as exc:  # noqa: BLE001 - handed to deliver, never lost
+                result = exc
+            self._release(job, result)
+
+    def _release(self, job: _Job, result: Any) -> None:
+        # Deliver under the lock so two workers never send one stream's chunks out of order.
+        with self._lock:
+            now = time.monotonic()
+            stream = self._streams.setdefault(job.stream_id, _Stream())
+            stream.ready[job.chunk_index] = (result, job.deliver, job.final)
+            stream.touched = now
+            while stream.next_index in stream.ready:
+                result, deliver, final = stream.ready.pop(stream.next_index)
+                deliver(result)
+                stream.next_index += 1
+                if final:
+                    del self._streams[job.stream_id]
+                    break
+            for key in [k for k, s in self._streams.items() if now - s.touched > STALE_STREAM_S]:
+                del self._streams[key]
