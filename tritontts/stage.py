@@ -12,6 +12,10 @@ tritonclient users and perf_analyzer talk to all families alike:
            chunk_index  INT32 [1]   0, 1, 2, ... in order
            is_final     BOOL  [1]   true on the request's last chunk
 
+Between stages, every chunk also carries stream_id (INT64 [1], random per request, set by
+the family's first stage): any per-stream state in a later stage is keyed by it, never by
+instance or arrival order.
+
 Errors: a stage answers a bad request with a TritonError whose message starts with
 INVALID_REQUEST_TAG; the front turns that into HTTP 400 with the rest of the message.
 Any other error is a server fault (HTTP 500).
@@ -23,6 +27,7 @@ from typing import Any
 
 TEXT, VOICE, PARAMS = "text", "voice", "params"
 AUDIO, SAMPLE_RATE, CHUNK_INDEX, IS_FINAL = "audio", "sample_rate", "chunk_index", "is_final"
+STREAM_ID = "stream_id"
 ENSEMBLE_INPUTS = (TEXT, VOICE, PARAMS)
 ENSEMBLE_OUTPUTS = (AUDIO, SAMPLE_RATE, CHUNK_INDEX, IS_FINAL)
 

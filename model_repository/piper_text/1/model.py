@@ -70,7 +70,7 @@ class TritonPythonModel:
             tensor("scales", scales, np.float32),
             tensor("seed", [seed], np.int64),
             tensor("voice", [voice.encode()], np.object_),
-            tensor("stream_id", [stream_id], np.int64),
-            tensor("chunk_index", [index], np.int32),
-            tensor("is_final", [final], np.bool_),
+            tensor(stage.STREAM_ID, [stream_id], np.int64),
+            tensor(stage.CHUNK_INDEX, [index], np.int32),
+            tensor(stage.IS_FINAL, [final], np.bool_),
         ])

@@ -41,7 +41,7 @@ class TritonPythonModel:
                 sender.send(result, flags=FINAL)
 
             try:
-                stream_id = int(input_scalar(request, "stream_id"))
+                stream_id = int(input_scalar(request, stage.STREAM_ID))
                 index = int(input_scalar(request, stage.CHUNK_INDEX))
                 final = bool(input_scalar(request, stage.IS_FINAL))
             except Exception as exc:
