@@ -1,0 +1,219 @@
+"""CosyVoice3 talker: checkpoint layout, yaml-as-data, tokenizer, RAS, and the converted
+vLLM checkpoint against a plain transformers forward of the original llm.pt."""
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from tritontts.cosyvoice3.checkpoint import CheckpointError, open_checkpoint
+from tritontts.cosyvoice3.config import load_hyperpyyaml
+from tritontts.cosyvoice3.talker import (SPEECH_VOCAB, convert_llm_checkpoint, ras_distribution,
+                                         ras_extra_args, make_ras_logits_processor)
+from tritontts.cosyvoice3.tiny import write_tiny_checkpoint
+from tritontts.cosyvoice3.tokenizer import CosyVoice3TextTokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    out = write_tiny_checkpoint(tmp_path_factory.mktemp("cv3"))
+    (out / "cosyvoice3.yaml").write_text(YAML)
+    for name in ("flow.pt", "hift.pt"):  # the talker tests need only their presence
+        torch.save({"placeholder": torch.zeros(1)}, out / name)
+    return out
+
+
+YAML = """
+__set_seed1: !apply:os.system ["touch /tmp/tritontts-yaml-executed"]
+sample_rate: 24000
+llm_input_size: 128
+token_mel_ratio: 2
+chunk_size: 25
+llm: !new:cosyvoice.llm.llm.CosyVoice3LM
+    llm_input_size: !ref <llm_input_size>
+    speech_token_size: 6561
+    llm: !new:cosyvoice.llm.llm.Qwen2Encoder
+        pretrain_path: !ref <qwen_pretrain_path>
+    sampling: !name:cosyvoice.utils.common.ras_sampling
+        top_p: 0.8
+        top_k: 25
+        win_size: 10
+        tau_r: 0.1
+flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
+    static_chunk_size: !ref <chunk_size> * <token_mel_ratio>
+hift: !new:cosyvoice.hifigan.generator.CausalHiFTGenerator
+    sampling_rate: !ref <sample_rate>
+"""
+
+
+def test_yaml_is_read_as_data_never_executed(tiny):
+    if os.path.exists("/tmp/tritontts-yaml-executed"):
+        os.remove("/tmp/tritontts-yaml-executed")
+    config = open_checkpoint(tiny).config
+    assert not os.path.exists("/tmp/tritontts-yaml-executed")
+    assert config["__set_seed1"] == {"__apply__": "os.system", "args": ["touch /tmp/tritontts-yaml-executed"]}
+    assert config["llm"]["__class__"] == "cosyvoice.llm.llm.CosyVoice3LM"
+    assert config["llm"]["llm"]["pretrain_path"].endswith("CosyVoice-BlankEN")
+    assert config["flow"]["static_chunk_size"] == 50
+    assert config["hift"]["sampling_rate"] == 24000
+    assert config["llm"]["sampling"]["top_k"] == 25
+
+
+def test_missing_or_malformed_files_are_named(tiny, tmp_path):
+    import shutil
+
+    broken = tmp_path / "ckpt"
+    shutil.copytree(tiny, broken)
+    (broken / "campplus.onnx").unlink()
+    with pytest.raises(CheckpointError, match="campplus.onnx: missing"):
+        open_checkpoint(broken)
+    shutil.copy(tiny / "campplus.onnx", broken / "campplus.onnx")
+    (broken / "cosyvoice3.yaml").write_text("llm: !ref <nowhere>\n")
+    with pytest.raises(CheckpointError, match="cosyvoice3.yaml.*nowhere"):
+        open_checkpoint(broken)
+    (broken / "cosyvoice3.yaml").write_text(YAML)
+    (broken / "llm.pt").write_bytes(b"not a torch file")
+    with pytest.raises(CheckpointError, match="llm.pt: not a readable state dict"):
+        open_checkpoint(broken).state_dict("llm.pt")
+    with pytest.raises(CheckpointError, match="not found"):
+        open_checkpoint(tmp_path / "absent")
+
+
+def test_tokenizer_adds_cosyvoice3_special_tokens(tiny):
+    tok = CosyVoice3TextTokenizer(tiny / "CosyVoice-BlankEN")
+    ids = tok.prompt_text_ids("Hello there.")
+    assert tok.end_of_prompt_id in ids
+    assert ids[ids.index(tok.end_of_prompt_id) + 1:] == tok.encode("Hello there.")
+    assert tok.encode("[breath]") == [tok.end_of_prompt_id + 1]  # order fixes the ids
+
+
+def _upstream_ras_draw(logits, recent, rng, top_p=0.8, top_k=25, win=10, tau=0.1):
+    """The upstream procedure, step by step, as the reference for the closed form."""
+    p = logits.softmax(-1)
+    values, order = p.sort(descending=True, stable=True)
+    kept, mass = [], 0.0
+    for v, i in zip(values.tolist(), order.tolist()):
+        if mass < top_p and len(kept) < top_k:
+            kept.append((i, v))
+            mass += v
+        else:
+            break
+    ids, probs = zip(*kept)
+    x = rng.choices(ids, weights=probs)[0]
+    if recent[-win:].count(x) >= win * tau:
+        rest = p.clone()
+        rest[x] = 0
+        x = rng.choices(range(len(p)), weights=rest.tolist())[0]
+    return x
+
+
+def test_ras_distribution_equals_the_upstream_procedure():
+    torch.manual_seed(0)
+    logits = torch.randn(40) * 2
+    recent = [int(logits.argmax()), 3, 3, 7]  # the top token was just generated
+    dist = ras_distribution(logits, recent, 0.8, 25, 10, 0.1)
+    assert abs(float(dist.sum()) - 1) < 1e-5
+    rng = random.Random(0)
+    n = 40000
+    counts = torch.zeros(40)
+    for _ in range(n):
+        counts[_upstream_ras_draw(logits, recent, rng)] += 1
+    diff = float((counts / n - dist).abs().max())
+    print(f"RAS closed form vs upstream procedure, max |freq - p|: {diff:.4f}")
+    assert diff < 0.01
+    assert float(dist[int(logits.argmax())]) < 0.05  # the repeated top token is mostly banned
+
+
+def _reference_logits(tiny, prompt_text_ids, text_ids, prompt_speech, steps):
+    """Upstream CosyVoice3LM semantics on the ORIGINAL llm.pt: embeddings from the two
+    tables, Qwen2 body, llm_decoder head; greedy decoding for `steps` tokens."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    state = torch.load(tiny / "llm.pt", weights_only=True)
+    config = Qwen2Config.from_pretrained(tiny / "CosyVoice-BlankEN")
+    qwen = Qwen2ForCausalLM(config).eval()
+    qwen.load_state_dict({k[len("llm.model."):]: v for k, v in state.items()
+                          if k.startswith("llm.model.")}, strict=True)
+    speech_emb, decoder = state["speech_embedding.weight"], state["llm_decoder.weight"]
+    embed = qwen.model.embed_tokens
+    with torch.inference_mode():
+        x = torch.cat([speech_emb[6561][None], embed(torch.tensor(prompt_text_ids + text_ids)),
+                       speech_emb[6563][None], speech_emb[torch.tensor(prompt_speech)]])[None]
+        out, logits_per_step = [], []
+        for _ in range(steps):
+            h = qwen.model(inputs_embeds=x).last_hidden_state[0, -1]
+            logits = decoder @ h
+            logits_per_step.append(logits)
+            token = int(logits.argmax())
+            out.append(token)
+            x = torch.cat([x, speech_emb[token][None, None]], dim=1)
+    return out, logits_per_step
+
+
+@pytest.fixture(scope="module")
+def vllm_talker(tiny, tmp_path_factory):
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM
+
+    ckpt = open_checkpoint(tiny)
+    import json
+    text_config = json.loads((ckpt.text_model_dir / "config.json").read_text())
+    out = tmp_path_factory.mktemp("talker")
+    vocab = convert_llm_checkpoint(ckpt.state_dict("llm.pt"), text_config, out)
+    llm = LLM(model=str(out), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+              max_model_len=1024, enable_prefix_caching=False, seed=0,
+              logits_processors=[make_ras_logits_processor()])
+    return llm, vocab, ckpt
+
+
+def test_vllm_talker_matches_transformers_forward(tiny, vllm_talker):
+    from vllm import SamplingParams, TokensPrompt
+
+    llm, vocab, ckpt = vllm_talker
+    tok = CosyVoice3TextTokenizer(ckpt.text_model_dir)
+    prompt_text, text = tok.prompt_text_ids("Hello there."), tok.encode("How are you today?")
+    prompt_speech = [5, 77, 1234, 6000, 42]
+    steps = 24
+    ref_tokens, ref_logits = _reference_logits(tiny, prompt_text, text, prompt_speech, steps)
+
+    params = SamplingParams(temperature=0.0, max_tokens=steps, ignore_eos=True, logprobs=20,
+                            allowed_token_ids=vocab.allowed_ids, detokenize=False)
+    result = llm.generate(TokensPrompt(prompt_token_ids=vocab.prompt_ids(prompt_text + text, prompt_speech)),
+                          params, use_tqdm=False)[0].outputs[0]
+    got = [vocab.to_speech(t) for t in result.token_ids]
+    assert got == ref_tokens
+    # Logprob differences equal logit differences, whatever the normalization.
+    worst = 0.0
+    for step, logprobs in enumerate(result.logprobs):
+        ids = sorted(logprobs)
+        top = result.token_ids[step]
+        for token_id in ids:
+            vllm_delta = logprobs[token_id].logprob - logprobs[top].logprob
+            ref_delta = float(ref_logits[step][vocab.to_speech(token_id)] - ref_logits[step][vocab.to_speech(top)])
+            worst = max(worst, abs(vllm_delta - ref_delta))
+    print(f"vLLM vs transformers: {steps} greedy tokens equal; max-abs-diff of logit gaps {worst:.2e}")
+    assert worst < 1e-3
+
+
+def test_vllm_ras_sampling_is_seeded_and_stays_in_speech_range(vllm_talker):
+    from vllm import SamplingParams, TokensPrompt
+
+    llm, vocab, ckpt = vllm_talker
+    prompt = TokensPrompt(prompt_token_ids=vocab.prompt_ids([10, 11, 12], [1, 2, 3]))
+
+    def run(seed):
+        params = SamplingParams(temperature=1.0, max_tokens=40, seed=seed, detokenize=False,
+                                allowed_token_ids=vocab.allowed_ids, stop_token_ids=vocab.stop_ids,
+                                extra_args=ras_extra_args(vocab, ckpt.config["llm"]["sampling"]))
+        return list(llm.generate(prompt, params, use_tqdm=False)[0].outputs[0].token_ids)
+
+    a, b, c = run(1), run(1), run(2)
+    assert a == b and a != c
+    for tokens in (a, c):
+        speech = [vocab.to_speech(t) for t in tokens]
+        assert all(0 <= s < SPEECH_VOCAB for s in speech)
+        body = speech[:-1] if speech and speech[-1] >= 6561 else speech
+        assert all(s < 6561 for s in body)

@@ -1,0 +1,178 @@
+"""The CosyVoice3 talker on stock vLLM.
+
+Why a converted checkpoint rather than a registered model class: CosyVoice3LM is Qwen2 with
+two extra tables, `speech_embedding` (6561+200 rows, input side) and `llm_decoder` (a
+bias-free Linear to 6561+200 logits, output side). Appending the speech rows to Qwen2's
+vocabulary (embed_tokens ++ speech_embedding; lm_head = zeros for text rows ++ llm_decoder)
+gives a plain Qwen2ForCausalLM that vLLM serves natively, with its own kernels, batching and
+prefix handling, and no vLLM internals to track. The prompt becomes ordinary token ids
+([sos] text [task] prompt-speech), so no prompt_embeds are needed; sampling is restricted
+to the speech rows with allowed_token_ids, and upstream's repetition-aware sampling (RAS)
+is an exact per-step distribution computed by RasLogitsProcessor.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+SPEECH_TOKEN_SIZE = 6561      # FSQ speech codes 0..6560
+SPEECH_VOCAB = SPEECH_TOKEN_SIZE + 200   # + sos, eos, task, fill, and unused stop ids
+TALKER_META = "tritontts_talker.json"
+
+
+@dataclass(frozen=True)
+class TalkerVocab:
+    """Where the speech rows sit in the merged vocabulary."""
+
+    speech_offset: int                 # = number of text rows (Qwen2 embed_tokens)
+    speech_token_size: int = SPEECH_TOKEN_SIZE
+
+    @property
+    def sos(self) -> int:
+        return self.speech_offset + self.speech_token_size
+
+    @property
+    def task_id(self) -> int:
+        return self.speech_offset + self.speech_token_size + 2
+
+    @property
+    def stop_ids(self) -> list[int]:
+        """Every id >= 6561 in the speech table ends generation (as upstream)."""
+        return list(range(self.sos, self.speech_offset + SPEECH_VOCAB))
+
+    @property
+    def allowed_ids(self) -> list[int]:
+        return list(range(self.speech_offset, self.speech_offset + SPEECH_VOCAB))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.speech_offset + SPEECH_VOCAB
+
+    def prompt_ids(self, text_ids: list[int], prompt_speech_tokens: list[int]) -> list[int]:
+        """[sos] prompt-text + text [task] prompt-speech-tokens (upstream's lm_input order)."""
+        return ([self.sos, *text_ids, self.task_id]
+                + [self.speech_offset + t for t in prompt_speech_tokens])
+
+    def to_speech(self, token_id: int) -> int:
+        return token_id - self.speech_offset
+
+
+def convert_llm_checkpoint(llm_state: dict, text_config: dict, out_dir: str | Path) -> TalkerVocab:
+    """Write a Qwen2ForCausalLM checkpoint (config.json + model.safetensors) for vLLM."""
+    from safetensors.torch import save_file
+
+    prefix = "llm.model."
+    required = (f"{prefix}model.embed_tokens.weight", "speech_embedding.weight", "llm_decoder.weight")
+    missing = [k for k in required if k not in llm_state]
+    if missing:
+        raise ValueError(f"llm.pt: missing {missing}")
+    embed = llm_state[f"{prefix}model.embed_tokens.weight"].float()
+    speech_embedding = llm_state["speech_embedding.weight"].float()
+    decoder = llm_state["llm_decoder.weight"].float()
+    hidden = embed.shape[1]
+    if speech_embedding.shape != (SPEECH_VOCAB, hidden) or decoder.shape != (SPEECH_VOCAB, hidden):
+        raise ValueError(f"llm.pt: speech_embedding {tuple(speech_embedding.shape)} / llm_decoder "
+                         f"{tuple(decoder.shape)}, expected ({SPEECH_VOCAB}, {hidden})")
+    vocab = TalkerVocab(speech_offset=embed.shape[0])
+
+    weights = {k[len(prefix):]: v.float().contiguous() for k, v in llm_state.items()
+               if k.startswith(prefix + "model.")}
+    weights["model.embed_tokens.weight"] = torch.cat([embed, speech_embedding]).contiguous()
+    # Text rows of lm_head are never sampled (allowed_token_ids): zeros keep them inert.
+    weights["lm_head.weight"] = torch.cat([torch.zeros_like(embed), decoder]).contiguous()
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = dict(text_config)
+    config.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2",
+                  vocab_size=vocab.vocab_size, tie_word_embeddings=False, torch_dtype="float32",
+                  eos_token_id=vocab.speech_offset + SPEECH_TOKEN_SIZE + 1,
+                  bos_token_id=vocab.sos)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    save_file(weights, str(out / "model.safetensors"))
+    (out / TALKER_META).write_text(json.dumps(asdict(vocab)))
+    return vocab
+
+
+def load_talker_vocab(talker_dir: str | Path) -> TalkerVocab:
+    return TalkerVocab(**json.loads((Path(talker_dir) / TALKER_META).read_text()))
+
+
+def ras_distribution(logits: torch.Tensor, recent: list[int], top_p: float, top_k: int,
+                     win_size: int, tau_r: float) -> torch.Tensor:
+    """Upstream's repetition-aware sampling as one distribution (probabilities).
+
+    Upstream draws x from the nucleus (top_p, top_k; stable sort); if x occurs at least
+    win_size*tau_r times among the last win_size generated tokens, it bans x and draws from
+    the full softmax instead. So P(t) = Pn(t)*[t not repeated]
+                                       + sum over repeated x != t of Pn(x) * p(t) / (1 - p(x)).
+    """
+    p = logits.float().softmax(-1)
+    values, order = p.sort(descending=True, stable=True)
+    # Upstream keeps adding tokens while the mass *before* adding is < top_p.
+    before = values.cumsum(-1) - values
+    keep = (before < top_p) & (torch.arange(p.numel(), device=p.device) < top_k)
+    nucleus = torch.zeros_like(p)
+    nucleus[order[keep]] = values[keep]
+    nucleus /= nucleus.sum()
+    window = recent[-win_size:]
+    counts = torch.zeros_like(p)
+    if window:
+        counts.index_add_(0, torch.tensor(window, device=p.device), torch.ones(len(window), device=p.device))
+    repeated = (counts >= win_size * tau_r) & (nucleus > 0)
+    if not repeated.any():
+        return nucleus
+    dist = torch.where(repeated, torch.zeros_like(p), nucleus)
+    rep_ids = repeated.nonzero().flatten()
+    for x in rep_ids.tolist():
+        rest = p.clone()
+        rest[x] = 0.0
+        dist += nucleus[x] * rest / max(1.0 - float(p[x]), 1e-12)
+    return dist
+
+
+RAS_ARG = "cosyvoice3_ras"   # SamplingParams.extra_args key that turns RAS on for a request
+
+
+def ras_extra_args(vocab: TalkerVocab, sampling: dict) -> dict:
+    """extra_args for a request: the yaml's `llm.sampling` block (top_p, top_k, win_size, tau_r)."""
+    return {RAS_ARG: {"speech_offset": vocab.speech_offset,
+                      **{k: sampling[k] for k in ("top_p", "top_k", "win_size", "tau_r")}}}
+
+
+def make_ras_logits_processor():
+    """The vLLM (v1) logits processor class; built lazily so this module imports without vLLM."""
+    from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
+    from vllm.v1.sample.logits_processor.builtin import process_dict_updates
+
+    class RasLogitsProcessor(LogitsProcessor):
+        """Replaces a row's logits by log of the RAS distribution over the speech rows; vLLM
+        then samples it plainly (temperature 1, no top-k/top-p), with the request's seed."""
+
+        def __init__(self, vllm_config, device, is_pin_memory):
+            self.rows: dict[int, tuple[dict, list[int]]] = {}
+
+        def is_argmax_invariant(self) -> bool:
+            return False
+
+        def update_state(self, batch_update: BatchUpdate | None):
+            process_dict_updates(
+                self.rows, batch_update,
+                lambda params, _prompt, output: ((params.extra_args or {})[RAS_ARG], output)
+                if RAS_ARG in (params.extra_args or {}) else None)
+
+        def apply(self, logits: torch.Tensor) -> torch.Tensor:
+            for row, (args, output_ids) in self.rows.items():
+                offset = args["speech_offset"]
+                speech = logits[row, offset:offset + SPEECH_VOCAB]
+                recent = [t - offset for t in output_ids[-args["win_size"]:]]
+                dist = ras_distribution(speech, recent, args["top_p"], args["top_k"],
+                                        args["win_size"], args["tau_r"])
+                logits[row] = float("-inf")
+                logits[row, offset:offset + SPEECH_VOCAB] = dist.clamp_min(0).log().to(logits.dtype)
+            return logits
+
+    return RasLogitsProcessor
