@@ -43,6 +43,14 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
   (cd "$tmp" && "$VENV/bin/python" -m zipfile -e tritonclient-2.51.0-*.whl x >/dev/null)
   install -m 0755 "$tmp"/x/tritonclient-2.51.0.data/data/bin/perf_analyzer "$VENV/bin/perf_analyzer.bin"
   rm -rf "$tmp"
+  # Reference implementations for parity tests, unpacked beside the venv, never installed:
+  # vllm-omni registers a vLLM plugin that breaks stock vLLM, and both want torchaudio.
+  rm -rf "$VENV/reference" && mkdir -p "$VENV/reference"
+  tmp=$(mktemp -d)
+  "${PIP[@]}" download -q --no-deps -d "$tmp" vllm-omni==0.30.0 s3tokenizer==0.3.0
+  for wheel in "$tmp"/*.whl; do "$VENV/bin/python" -m zipfile -e "$wheel" "$VENV/reference" >/dev/null; done
+  rm -rf "$VENV/reference"/*.dist-info "$tmp"
+  "$VENV/bin/python" -c 'import site, sys; open(site.getsitepackages()[0] + "/tritontts-reference.pth", "w").write(sys.argv[1] + "\n")' "$VENV/reference"
   echo "$WANT" > "$STAMP"
 fi
 

@@ -178,7 +178,7 @@ class AdaLayerNormZero(nn.Module):
         self.linear = nn.Linear(dim, dim * 6)
         self.norm = nn.LayerNorm(dim, elementwise_affine=False, eps=1e-6)
 
-    def forward(self, x: torch.Tensor, emb: torch.Tensor):
+    def forward(self, x: torch.Tensor, emb: torch.Tensor) -> tuple[torch.Tensor, ...]:
         shift, scale, gate, shift_ff, scale_ff, gate_ff = self.linear(F.silu(emb)).chunk(6, dim=1)
         return self.norm(x) * (1 + scale[:, None]) + shift[:, None], gate, shift_ff, scale_ff, gate_ff
 
