@@ -35,6 +35,8 @@ def parse_args(argv=None):
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--piper-voices", help="Piper voice table JSON (tritontts/piper/voices.py)")
+    parser.add_argument("--cosyvoice3-checkpoint",
+                        help="CosyVoice3 checkpoint directory (cosyvoice3.yaml, llm.pt, flow.pt, ...)")
     parser.add_argument("--max-in-flight", type=int, default=64,
                         help="requests served at once; more get 429")
     parser.add_argument("--triton-log", help="file for tritonserver's log (default: stdout)")
@@ -61,6 +63,8 @@ def main(argv=None) -> int:
         env = {}
         if args.piper_voices:
             env["TRITONTTS_PIPER_VOICES"] = str(Path(args.piper_voices).resolve())
+        if args.cosyvoice3_checkpoint:
+            env["TRITONTTS_COSYVOICE3_CHECKPOINT"] = str(Path(args.cosyvoice3_checkpoint).resolve())
         triton = TritonServer(families, args.http_port, args.grpc_port, args.metrics_port,
                               env=env, log_path=Path(args.triton_log) if args.triton_log else None)
     try:

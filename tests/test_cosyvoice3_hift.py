@@ -133,7 +133,10 @@ def test_upstream_key_names():
                 "f0_predictor.condnet.8.weight", "f0_predictor.classifier.weight"):
         assert key in keys, key
     assert not any(k.startswith("f0_predictor.condnet.1") for k in keys)    # ELU
-    assert len(keys) == 330
+    # Upstream's module has 328 keys: these 246 plus a second one (g and v instead of
+    # weight) for each of its 82 weight-normed convs. test_parity_with_vllm_omni loads a
+    # state dict of that form strictly.
+    assert len(keys) == 246
 
 
 # --- b. state dict forms ------------------------------------------------------------------
@@ -167,8 +170,10 @@ def test_state_dict_forms_load_strictly():
         # The reference recomputes g * v / ||v|| with torch's weight norm on every forward;
         # folding uses the same kernel once, so the audio is bit-identical.
         assert torch.equal(fresh.inference(x)[0], reference.inference(x)[0]), form
-        print(f"{form}: max |audio - unnormed model audio| = {max_diff(fresh.inference(x)[0], want):.3g}")
-        assert max_diff(fresh.inference(x)[0], want) < 1e-5
+        # Against the model the g/v were taken from: only the rounding of g * v / ||v||.
+        drift = max_diff(fresh.inference(x)[0], want)
+        print(f"{form}: audio max-abs-diff vs the un-normed source model {drift:.3g}")
+        assert drift < 1e-4
 
     target = CausalHiFTGenerator(**TINY)
     before = {k: v.clone() for k, v in target.state_dict().items()}
@@ -186,25 +191,49 @@ def test_state_dict_forms_load_strictly():
 
 # --- c. streaming -------------------------------------------------------------------------
 
-def test_stream_equals_whole_utterance():
-    model = tiny_model()
-    x = mel(41)
-    whole = model.inference(x)[0]
+def streamed(model: CausalHiFTGenerator, x: torch.Tensor, ends: tuple[int, ...]) -> torch.Tensor:
+    """Feed growing prefixes of x through stream_hift (finalizing on the full mel) and
+    return the concatenated audio, checking the sample bookkeeping on the way."""
     pieces, emitted = [], 0
-    # Growing mel as CosyVoice3Model.token2wav sees it; the first step is too short to
-    # yield audio, the last finalizes.
-    for end in (6, 13, 14, 22, 35, 41):
-        new, emitted = stream_hift(model, x[:, :, :end], emitted, finalize=end == 41)
-        expect = (41 if end == 41 else max(end - model.min_partial_frames, 0)) * SAMPLES_PER_FRAME
-        assert emitted == expect and sum(p.shape[1] for p in pieces) + new.shape[1] == emitted
+    for end in ends:
+        last = end == x.shape[2]
+        new, emitted = stream_hift(model, x[:, :, :end], emitted, finalize=last)
+        expect = end if last else max(end - model.min_partial_frames, 0)
+        assert emitted == expect * SAMPLES_PER_FRAME
+        assert sum(p.shape[1] for p in pieces) + new.shape[1] == emitted
         pieces.append(new)
-    streamed = torch.cat(pieces, dim=1)
-    diff = max_diff(streamed, whole)
-    print(f"stream vs whole: max-abs-diff {diff:.3g}")
-    # Every stage is causal past the look-right windows, the noise is indexed by absolute
-    # sample, and the sine phase is a prefix sum, so the streamed samples are computed from
-    # exactly the same numbers as the whole run.
-    assert diff <= 1e-5
+    assert last, "the last prefix must be the whole mel"
+    return torch.cat(pieces, dim=1)
+
+
+def test_stream_equals_whole_utterance():
+    x = mel(41)
+    # Growing mel as CosyVoice3Model.token2wav sees it; the first step is too short to
+    # yield audio, 13 -> 14 yields one frame, the last finalizes.
+    ends = (6, 13, 14, 22, 35, 41)
+
+    # float64 shows the streaming logic itself is exact: every stage is causal past the
+    # look-right windows, the noise is indexed by absolute sample, the sine phase is a
+    # prefix sum, and the withheld frame covers the iSTFT's incomplete overlap-add.
+    model64 = tiny_model().double()
+    diff64 = max_diff(streamed(model64, x.double(), ends), model64.inference(x.double())[0])
+
+    # float32 (what serving runs) is not bit-exact, and cannot be with upstream's design of
+    # re-running the vocoder on the longer mel: CPU conv kernels (oneDNN / GEMM) split the
+    # time axis by sequence length, so the same output sample is summed in another order
+    # in a shorter run (~1e-7 relative), and the deep random network amplifies that (here up
+    # to ~7e-6 in its log-magnitude before exp). The float32 model's own error against
+    # float64 at the same weights is two orders larger, printed for scale. Measured here:
+    # 5.9e-6 (2 threads), 5.4e-6 (1 thread); other random seeds of this test's weights
+    # give 2e-7 .. 3.6e-5, the largest where exp(log-magnitude) hits the 1e2 clip.
+    model = tiny_model()
+    whole = model.inference(x)[0]
+    diff32 = max_diff(streamed(model, x, ends), whole)
+    scale = max_diff(whole.double(), model64.inference(x.double())[0])
+    print(f"stream vs whole: max-abs-diff float64 {diff64:.3g}, float32 {diff32:.3g} "
+          f"(float32 vs float64 model: {scale:.3g})")
+    assert diff64 <= 1e-10
+    assert diff32 <= 1e-5
 
 
 # --- d. parity with vLLM-Omni -------------------------------------------------------------
@@ -295,6 +324,21 @@ def test_parity_with_vllm_omni(vllm_omni_hifigan):
     their_audio, _, _ = theirs.inference(x, finalize=True)
     print(f"vllm-omni with its float32 f0 predictor: audio max-abs-diff "
           f"{max_diff(ours.inference(x)[0], their_audio):.3g}")
+
+
+def test_released_size_layout_loads(vllm_omni_hifigan):
+    """At cosyvoice3.yaml's sizes (our defaults), a state dict of the released layout
+    (weight-norm parametrizations, 328 keys) loads strictly and runs."""
+    hifigan = vllm_omni_hifigan
+    kwargs = {k: v for k, v in TINY.items() if k != "f0_predictor"}
+    kwargs.update(base_channels=512)
+    theirs = hifigan.CausalHiFTGenerator(
+        **kwargs, f0_predictor=hifigan.CausalConvRNNF0Predictor(1, 80, 512))
+    assert len(theirs.state_dict()) == 328
+    ours = load_hift_state_dict(CausalHiFTGenerator(), theirs.state_dict())
+    assert sum(p.numel() for p in ours.parameters()) > 20_000_000    # the released ~20.8M
+    audio, _ = ours.inference(mel(10))
+    assert audio.shape == (1, 10 * SAMPLES_PER_FRAME) and torch.isfinite(audio).all()
 
 
 def test_conv_context_must_match():

@@ -11,19 +11,14 @@ import torch
 
 from tritontts.cosyvoice3.checkpoint import CheckpointError, open_checkpoint
 from tritontts.cosyvoice3.config import load_hyperpyyaml
-from tritontts.cosyvoice3.talker import (SPEECH_VOCAB, convert_llm_checkpoint, ras_distribution,
-                                         ras_extra_args, make_ras_logits_processor)
+from tritontts.cosyvoice3.talker import SPEECH_VOCAB, convert_llm_checkpoint, ras_distribution, ras_extra_args
 from tritontts.cosyvoice3.tiny import write_tiny_checkpoint
 from tritontts.cosyvoice3.tokenizer import CosyVoice3TextTokenizer
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    out = write_tiny_checkpoint(tmp_path_factory.mktemp("cv3"))
-    (out / "cosyvoice3.yaml").write_text(YAML)
-    for name in ("flow.pt", "hift.pt"):  # the talker tests need only their presence
-        torch.save({"placeholder": torch.zeros(1)}, out / name)
-    return out
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("cv3"))
 
 
 YAML = """
@@ -49,10 +44,11 @@ hift: !new:cosyvoice.hifigan.generator.CausalHiFTGenerator
 """
 
 
-def test_yaml_is_read_as_data_never_executed(tiny):
+def test_yaml_is_read_as_data_never_executed(tmp_path):
     if os.path.exists("/tmp/tritontts-yaml-executed"):
         os.remove("/tmp/tritontts-yaml-executed")
-    config = open_checkpoint(tiny).config
+    (tmp_path / "cosyvoice3.yaml").write_text(YAML)
+    config = load_hyperpyyaml(tmp_path / "cosyvoice3.yaml", {"qwen_pretrain_path": "/ckpt/CosyVoice-BlankEN"})
     assert not os.path.exists("/tmp/tritontts-yaml-executed")
     assert config["__set_seed1"] == {"__apply__": "os.system", "args": ["touch /tmp/tritontts-yaml-executed"]}
     assert config["llm"]["__class__"] == "cosyvoice.llm.llm.CosyVoice3LM"
@@ -74,7 +70,7 @@ def test_missing_or_malformed_files_are_named(tiny, tmp_path):
     (broken / "cosyvoice3.yaml").write_text("llm: !ref <nowhere>\n")
     with pytest.raises(CheckpointError, match="cosyvoice3.yaml.*nowhere"):
         open_checkpoint(broken)
-    (broken / "cosyvoice3.yaml").write_text(YAML)
+    shutil.copy(tiny / "cosyvoice3.yaml", broken / "cosyvoice3.yaml")
     (broken / "llm.pt").write_bytes(b"not a torch file")
     with pytest.raises(CheckpointError, match="llm.pt: not a readable state dict"):
         open_checkpoint(broken).state_dict("llm.pt")
@@ -158,14 +154,16 @@ def vllm_talker(tiny, tmp_path_factory):
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM
 
+    from tritontts.cosyvoice3.vllm_ras import RAS_LOGITS_PROCESSOR
+
     ckpt = open_checkpoint(tiny)
     import json
     text_config = json.loads((ckpt.text_model_dir / "config.json").read_text())
     out = tmp_path_factory.mktemp("talker")
     vocab = convert_llm_checkpoint(ckpt.state_dict("llm.pt"), text_config, out)
     llm = LLM(model=str(out), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
-              max_model_len=1024, enable_prefix_caching=False, seed=0,
-              logits_processors=[make_ras_logits_processor()])
+              max_model_len=1024, enable_prefix_caching=False, seed=0, gpu_memory_utilization=0.1,
+              logits_processors=[RAS_LOGITS_PROCESSOR])
     return llm, vocab, ckpt
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..protocol import SpeechRequest
-from . import piper
+from . import cosyvoice3, piper
 
 
 @dataclass(frozen=True)
@@ -18,4 +18,5 @@ class Family:
 
 FAMILIES = {f.name: f for f in (
     Family("piper", piper.build_params),
+    Family("cosyvoice3", cosyvoice3.build_params),
 )}

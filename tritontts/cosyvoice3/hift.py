@@ -235,6 +235,9 @@ class HarmonicNoiseSource(nn.Module):
         multiples = torch.arange(1, self.harmonics + 1, dtype=f0.dtype, device=device)
         # Phase increment per sample in cycles; only the fraction matters for sin().
         cycles = (f0 * multiples / self.sampling_rate) % 1                    # [B, L, H]
+        # Initial phases on sample 0. The resampling below never reads sample 0 when a frame
+        # is more than 2 samples (480 in CosyVoice3), so this is inert there; kept so other
+        # rates behave as upstream.
         cycles[:, 0, :] = cycles[:, 0, :] + self.noise.rand_ini.to(device)
         # Upstream's frame-rate step: linear resampling to one value per frame, a running
         # sum over frames, then each frame's phase held for its samples (x spf because the
@@ -308,8 +311,10 @@ class CausalHiFTGenerator(nn.Module):
         self.samples_per_mel = self.frames_per_mel * self.hop_len
 
         self.f0_predictor = _build_f0_predictor(f0_predictor, in_channels)
-        # Upstream computes f0 in float64: the source phase is a running sum of f0 over the
-        # whole utterance, so float32 f0 would drift and streamed runs would disagree.
+        # Upstream computes f0 in float64. In float32 a frame's f0 can differ by an ulp between
+        # runs of different length (conv summation order), and the sine phase, a running sum
+        # of f0, would carry that into every later sample; float64 differences vanish in the
+        # cast back to float32, so a streamed run gets the whole run's excitation exactly.
         self.f0_predictor.double()
         self.m_source = HarmonicNoiseSource(sampling_rate, self.samples_per_mel, nb_harmonics,
                                             nsf_alpha, nsf_sigma, nsf_voiced_threshold)
@@ -369,7 +374,7 @@ class CausalHiFTGenerator(nn.Module):
 
     def _istft(self, log_magnitude: Tensor, phase_code: Tensor) -> Tensor:
         magnitude = torch.exp(log_magnitude).clamp(max=1e2)
-        phase = torch.sin(phase_code)    # upstream's (redundant) squashing, kept for its output
+        phase = torch.sin(phase_code)    # phase in [-1, 1] rad: trained that way upstream
         spec = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
         return torch.istft(spec, self.n_fft, self.hop_len, self.n_fft, window=self.stft_window)
 
@@ -387,7 +392,8 @@ class CausalHiFTGenerator(nn.Module):
         else:
             cut = mel.shape[2] - self.conv_pre_look_right
             x = self.conv_pre(mel[:, :, :cut], mel[:, :, cut:])
-            # center=True STFT: frames from here on would reach into the reflected end.
+            # Only the decoded frames' excitation: the look-ahead frames are not decoded (and
+            # their centred STFT frames would reach into the reflect-padded end).
             spec = spec[:, :, :spec.shape[2] - self.frames_per_mel * self.conv_pre_look_right]
 
         last = len(self.ups) - 1

@@ -141,38 +141,3 @@ def ras_extra_args(vocab: TalkerVocab, sampling: dict) -> dict:
     """extra_args for a request: the yaml's `llm.sampling` block (top_p, top_k, win_size, tau_r)."""
     return {RAS_ARG: {"speech_offset": vocab.speech_offset,
                       **{k: sampling[k] for k in ("top_p", "top_k", "win_size", "tau_r")}}}
-
-
-def make_ras_logits_processor():
-    """The vLLM (v1) logits processor class; built lazily so this module imports without vLLM."""
-    from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
-    from vllm.v1.sample.logits_processor.builtin import process_dict_updates
-
-    class RasLogitsProcessor(LogitsProcessor):
-        """Replaces a row's logits by log of the RAS distribution over the speech rows; vLLM
-        then samples it plainly (temperature 1, no top-k/top-p), with the request's seed."""
-
-        def __init__(self, vllm_config, device, is_pin_memory):
-            self.rows: dict[int, tuple[dict, list[int]]] = {}
-
-        def is_argmax_invariant(self) -> bool:
-            return False
-
-        def update_state(self, batch_update: BatchUpdate | None):
-            process_dict_updates(
-                self.rows, batch_update,
-                lambda params, _prompt, output: ((params.extra_args or {})[RAS_ARG], output)
-                if RAS_ARG in (params.extra_args or {}) else None)
-
-        def apply(self, logits: torch.Tensor) -> torch.Tensor:
-            for row, (args, output_ids) in self.rows.items():
-                offset = args["speech_offset"]
-                speech = logits[row, offset:offset + SPEECH_VOCAB]
-                recent = [t - offset for t in output_ids[-args["win_size"]:]]
-                dist = ras_distribution(speech, recent, args["top_p"], args["top_k"],
-                                        args["win_size"], args["tau_r"])
-                logits[row] = float("-inf")
-                logits[row, offset:offset + SPEECH_VOCAB] = dist.clamp_min(0).log().to(logits.dtype)
-            return logits
-
-    return RasLogitsProcessor

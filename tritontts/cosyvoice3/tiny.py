@@ -20,6 +20,98 @@ from .talker import SPEECH_VOCAB
 TINY_QWEN2 = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
                   rope_theta=1000000.0, rms_norm_eps=1e-6, hidden_act="silu")
+# cosyvoice3.yaml as released, with the networks shrunk (same keys, same tags).
+TINY_YAML = """\
+__set_seed1: !apply:random.seed [1986]
+sample_rate: 24000
+llm_input_size: 128
+llm_output_size: 128
+spk_embed_dim: 192
+qwen_pretrain_path: ''
+token_frame_rate: 25
+token_mel_ratio: 2
+chunk_size: 25
+num_decoding_left_chunks: -1
+
+llm: !new:cosyvoice.llm.llm.CosyVoice3LM
+    llm_input_size: !ref <llm_input_size>
+    llm_output_size: !ref <llm_output_size>
+    speech_token_size: 6561
+    length_normalized_loss: True
+    lsm_weight: 0
+    mix_ratio: [5, 15]
+    llm: !new:cosyvoice.llm.llm.Qwen2Encoder
+        pretrain_path: !ref <qwen_pretrain_path>
+    sampling: !name:cosyvoice.utils.common.ras_sampling
+        top_p: 0.8
+        top_k: 25
+        win_size: 10
+        tau_r: 0.1
+
+flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
+    input_size: 80
+    output_size: 80
+    spk_embed_dim: !ref <spk_embed_dim>
+    output_type: 'mel'
+    vocab_size: 6561
+    input_frame_rate: !ref <token_frame_rate>
+    only_mask_loss: True
+    token_mel_ratio: !ref <token_mel_ratio>
+    pre_lookahead_len: 3
+    pre_lookahead_layer: !new:cosyvoice.transformer.upsample_encoder.PreLookaheadLayer
+        in_channels: 80
+        channels: 64
+        pre_lookahead_len: 3
+    decoder: !new:cosyvoice.flow.flow_matching.CausalConditionalCFM
+        in_channels: 240
+        n_spks: 1
+        spk_emb_dim: 80
+        cfm_params: !new:omegaconf.DictConfig
+            content:
+                sigma_min: 1e-06
+                solver: 'euler'
+                t_scheduler: 'cosine'
+                training_cfg_rate: 0.2
+                inference_cfg_rate: 0.7
+                reg_loss_type: 'l1'
+        estimator: !new:cosyvoice.flow.DiT.dit.DiT
+            dim: 64
+            depth: 2
+            heads: 2
+            dim_head: 32
+            ff_mult: 2
+            mel_dim: 80
+            mu_dim: 80
+            spk_dim: 80
+            out_channels: 80
+            static_chunk_size: !ref <chunk_size> * <token_mel_ratio>
+            num_decoding_left_chunks: !ref <num_decoding_left_chunks>
+
+hift: !new:cosyvoice.hifigan.generator.CausalHiFTGenerator
+    in_channels: 80
+    base_channels: 32
+    nb_harmonics: 8
+    sampling_rate: !ref <sample_rate>
+    nsf_alpha: 0.1
+    nsf_sigma: 0.003
+    nsf_voiced_threshold: 10
+    upsample_rates: [8, 5, 3]
+    upsample_kernel_sizes: [16, 11, 7]
+    istft_params:
+        n_fft: 16
+        hop_len: 4
+    resblock_kernel_sizes: [3, 7, 11]
+    resblock_dilation_sizes: [[1, 3, 5], [1, 3, 5], [1, 3, 5]]
+    source_resblock_kernel_sizes: [7, 7, 11]
+    source_resblock_dilation_sizes: [[1, 3, 5], [1, 3, 5], [1, 3, 5]]
+    lrelu_slope: 0.1
+    audio_limit: 0.99
+    conv_pre_look_right: 4
+    f0_predictor: !new:cosyvoice.hifigan.f0_predictor.CausalConvRNNF0Predictor
+        num_class: 1
+        in_channels: 80
+        cond_channels: 32
+"""
 _CORPUS = ("The quick brown fox jumps over the lazy dog. You are a helpful assistant. "
            "Speech synthesis turns text into sound, one token at a time. 0123456789 "
            "Hello there, how are you today? I am fine, thank you, and you?")
@@ -111,11 +203,26 @@ def write_tiny_llm(out: Path, seed: int = 0) -> None:
     torch.save(state, out / "llm.pt")
 
 
+def write_tiny_flow_and_hift(out: Path, seed: int = 0) -> None:
+    """flow.pt and hift.pt from our own modules built from the tiny yaml (upstream key names)."""
+    from .config import kwargs_of, load_hyperpyyaml
+    from .flow import build_flow
+    from .hift import CausalHiFTGenerator
+
+    config = load_hyperpyyaml(out / "cosyvoice3.yaml", {"qwen_pretrain_path": ""})
+    torch.manual_seed(seed + 1)
+    torch.save(build_flow(kwargs_of(config["flow"])).state_dict(), out / "flow.pt")
+    torch.manual_seed(seed + 2)
+    torch.save(CausalHiFTGenerator(**kwargs_of(config["hift"])).state_dict(), out / "hift.pt")
+
+
 def write_tiny_checkpoint(out: str | Path, seed: int = 0) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
+    (out / "cosyvoice3.yaml").write_text(TINY_YAML)
     write_tiny_llm(out, seed)
+    write_tiny_flow_and_hift(out, seed)
     _write_campplus(out / "campplus.onnx", rng)
     _write_speech_tokenizer(out / "speech_tokenizer_v3.onnx", rng)
     return out

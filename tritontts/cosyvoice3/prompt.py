@@ -1,0 +1,83 @@
+"""Reference recording + transcript -> what CosyVoice3 conditions on, cached by content.
+
+speech tokens (speech_tokenizer_v3.onnx on a 16 kHz whisper log-mel), a 192-d CAM++ speaker
+embedding (campplus.onnx on 16 kHz Kaldi fbank), and the prompt mel (24 kHz, 50 Hz); the
+prompt mel is trimmed to exactly 2 frames per speech token, as upstream does.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..audio import decode_audio, resample
+from ..stage import InvalidRequest
+from .checkpoint import CosyVoice3Checkpoint
+from .features import kaldi_fbank, prompt_mel, whisper_log_mel
+from .tokenizer import CosyVoice3TextTokenizer
+
+MIN_REF_SECONDS, MAX_REF_SECONDS = 1.0, 30.0
+
+
+@dataclass(frozen=True)
+class VoicePrompt:
+    text_ids: list[int]          # instruction + <|endofprompt|> + transcript
+    speech_tokens: np.ndarray    # int32 [N]
+    embedding: np.ndarray        # float32 [192]
+    mel: np.ndarray              # float32 [2N, 80]
+
+
+class PromptExtractor:
+    def __init__(self, checkpoint: CosyVoice3Checkpoint, cache_size: int = 64):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        self.tokenizer = CosyVoice3TextTokenizer(checkpoint.text_model_dir)
+        self.speech_tokenizer = ort.InferenceSession(
+            str(checkpoint.path("speech_tokenizer_v3.onnx")), options, providers=["CPUExecutionProvider"])
+        self.campplus = ort.InferenceSession(
+            str(checkpoint.path("campplus.onnx")), options, providers=["CPUExecutionProvider"])
+        self._cache: OrderedDict[str, VoicePrompt] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def extract(self, ref_audio: bytes, ref_text: str) -> VoicePrompt:
+        key = hashlib.sha256(ref_audio + b"\0" + ref_text.encode()).hexdigest()
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                self.hits += 1
+                return self._cache[key]
+        prompt = self._compute(ref_audio, ref_text)
+        with self._lock:
+            self._cache[key] = prompt
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return prompt
+
+    def _compute(self, ref_audio: bytes, ref_text: str) -> VoicePrompt:
+        audio, rate = decode_audio(ref_audio, "ref_audio")
+        seconds = audio.size / rate
+        if not MIN_REF_SECONDS <= seconds <= MAX_REF_SECONDS:
+            raise InvalidRequest(f"ref_audio is {seconds:.2f} s long; it must be between "
+                                 f"{MIN_REF_SECONDS:g} and {MAX_REF_SECONDS:g} s")
+        if float(np.abs(audio).max()) < 1e-4:
+            raise InvalidRequest("ref_audio is silent")
+        audio16k = resample(audio, rate, 16000)
+        feats = whisper_log_mel(audio16k)[None]
+        inputs = self.speech_tokenizer.get_inputs()
+        tokens = self.speech_tokenizer.run(None, {
+            inputs[0].name: feats.astype(np.float32),
+            inputs[1].name: np.array([feats.shape[2]], dtype=np.int32)})[0].reshape(-1)
+        fbank = kaldi_fbank(audio16k)
+        fbank = fbank - fbank.mean(axis=0, keepdims=True)
+        embedding = self.campplus.run(None, {self.campplus.get_inputs()[0].name: fbank[None]})[0].reshape(-1)
+        mel = prompt_mel(resample(audio, rate, 24000))
+        n = min(mel.shape[0] // 2, tokens.size)
+        return VoicePrompt(self.tokenizer.prompt_text_ids(ref_text), tokens[:n].astype(np.int32),
+                           embedding.astype(np.float32), mel[:2 * n].astype(np.float32))
