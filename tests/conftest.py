@@ -37,7 +37,8 @@ def free_port() -> int:
 
 
 class Stack:
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, families: str = "piper", extra_args: tuple[str, ...] = ()):
+        self.families, self.extra_args = families, extra_args
         self.port, self.grpc_port = free_port(), free_port()
         self.http_port, self.metrics_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -49,7 +50,8 @@ class Stack:
     def start(self, timeout=300):
         cmd = [sys.executable, "-m", "frontend", "--host", "127.0.0.1", "--port", str(self.port),
                "--grpc-port", str(self.grpc_port), "--http-port", str(self.http_port),
-               "--metrics-port", str(self.metrics_port), "--triton-log", str(self.triton_log)]
+               "--metrics-port", str(self.metrics_port), "--triton-log", str(self.triton_log),
+               "--families", self.families, *self.extra_args]
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=open(self.log, "wb"),
                                      stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
@@ -72,8 +74,18 @@ class Stack:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("stack")).start()
+def tiny_cosyvoice3(tmp_path_factory) -> Path:
+    """A random-weight CosyVoice3 checkpoint in the released layout, at tiny sizes."""
+    from tritontts.cosyvoice3.tiny import write_tiny_checkpoint
+
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("cosyvoice3-tiny"))
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory, tiny_cosyvoice3):
+    """One tritonserver + front for the whole session, serving every family."""
+    s = Stack(tmp_path_factory.mktemp("stack"), "piper,cosyvoice3",
+              ("--cosyvoice3-checkpoint", str(tiny_cosyvoice3))).start()
     yield s
     s.stop()
     assert s.proc.returncode == 0, s.log.read_text()[-4000:]

@@ -12,13 +12,12 @@ import torch
 from tritontts.cosyvoice3.checkpoint import CheckpointError, open_checkpoint
 from tritontts.cosyvoice3.config import load_hyperpyyaml
 from tritontts.cosyvoice3.talker import SPEECH_VOCAB, convert_llm_checkpoint, ras_distribution, ras_extra_args
-from tritontts.cosyvoice3.tiny import write_tiny_checkpoint
 from tritontts.cosyvoice3.tokenizer import CosyVoice3TextTokenizer
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("cv3"))
+def tiny(tiny_cosyvoice3) -> Path:
+    return tiny_cosyvoice3
 
 
 YAML = """

@@ -143,7 +143,7 @@ def test_malformed_json_is_400(http):
 
 
 def test_models_health_metrics(http):
-    assert [m["id"] for m in http.get("/v1/models").json()["data"]] == ["piper"]
+    assert [m["id"] for m in http.get("/v1/models").json()["data"]] == ["piper", "cosyvoice3"]
     assert http.get("/health").status_code == 200
     speak(http)
     text = http.get("/metrics").text

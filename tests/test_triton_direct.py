@@ -18,6 +18,11 @@ THREE = "The sun rose over the hills. Birds began to sing in the trees. It was a
 
 def stream_piper(url: str, text: str, voice: str = "", params: dict | None = None):
     """One decoupled request to the `piper` ensemble; returns its responses in order."""
+    return stream_model(url, "piper", text, voice, params)
+
+
+def stream_model(url: str, model: str, text: str, voice: str = "", params: dict | None = None):
+    """One decoupled request to a family's ensemble; returns (responses in order, error)."""
     def tensor(name, value):
         t = grpcclient.InferInput(name, [1, 1], "BYTES")
         t.set_data_from_numpy(np.array([[value.encode()]], dtype=np.object_))
@@ -28,7 +33,7 @@ def stream_piper(url: str, text: str, voice: str = "", params: dict | None = Non
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     try:
         client.async_stream_infer(
-            "piper", [tensor("text", text), tensor("voice", voice),
+            model, [tensor("text", text), tensor("voice", voice),
                       tensor("params", json.dumps(params or {}))],
             enable_empty_final_response=True)
         chunks = []

@@ -1,0 +1,105 @@
+"""CosyVoice3 through the real tritonserver and front, on the tiny random-weight checkpoint:
+vLLM talker -> flow -> CausalHiFT, streamed; voice cloning inputs; batching across requests."""
+from __future__ import annotations
+
+import base64
+import io
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import soundfile as sf
+import tritonclient.grpc as grpcclient
+
+from conftest import decode, pcm16, rms
+from test_triton_direct import stream_model
+
+
+def wav_b64(audio: np.ndarray, rate: int) -> str:
+    buf = io.BytesIO()
+    sf.write(buf, audio, rate, format="WAV")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def reference(seconds: float = 3.0, rate: int = 24000) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.3 * np.sin(2 * np.pi * 150 * t) * (1 + np.sin(2 * np.pi * 2 * t))).astype(np.float32)
+
+
+REF = {"ref_audio": wav_b64(reference(), 24000), "ref_text": "This is the reference voice."}
+TEXT = "Hello there, this is a cloned voice speaking."
+
+
+def speak(http, **body):
+    return http.post("/v1/audio/speech", json={"model": "cosyvoice3", "input": TEXT, **REF, **body})
+
+
+def test_non_streaming_wav_is_24khz(http):
+    r = speak(http, response_format="wav", seed=1)
+    assert r.status_code == 200, r.text
+    audio, rate = decode(r.content)
+    assert rate == 24000 and audio.size / rate > 0.5 and rms(audio) > 1e-3
+
+
+def test_streaming_wav_arrives_in_chunks_and_equals_non_streaming(http):
+    body = {"model": "cosyvoice3", "input": TEXT, **REF, "seed": 5, "response_format": "pcm"}
+    whole = pcm16(http.post("/v1/audio/speech", json=body).content)
+    with http.stream("POST", "/v1/audio/speech", json={**body, "stream": True}) as r:
+        assert r.status_code == 200
+        pieces = list(r.iter_bytes())
+    streamed = pcm16(b"".join(pieces))
+    assert len(pieces) >= 2 and streamed.size == whole.size
+    assert float(np.abs(streamed - whole).max()) <= 1e-4
+    with http.stream("POST", "/v1/audio/speech", json={**body, "stream": True, "response_format": "wav"}) as r:
+        data = b"".join(r.iter_bytes())
+    assert data[:4] == b"RIFF" and int.from_bytes(data[24:28], "little") == 24000
+
+
+def test_grpc_chunks_follow_the_hop_schedule(stack):
+    import json
+
+    chunks, error = stream_model(stack.grpc_url, "cosyvoice3", TEXT, params={**REF, "seed": 2})
+    assert error is None and len(chunks) >= 2
+    assert [int(c.as_numpy("chunk_index")[0, 0]) for c in chunks] == list(range(len(chunks)))
+    assert [bool(c.as_numpy("is_final")[0, 0]) for c in chunks][-1] is True
+    assert all(int(c.as_numpy("sample_rate")[0, 0]) == 24000 for c in chunks)
+    # First audio after 15 tokens + prompt alignment pad (< 15) of 2 mel frames x 480 samples,
+    # less the vocoder's 8 withheld frames: well under 2 s of audio in the first chunk.
+    first = chunks[0].as_numpy("audio").reshape(-1)
+    assert 0 < first.size <= (15 + 15) * 2 * 480
+
+
+def test_four_concurrent_requests_complete_and_stages_batch_across_requests(http, stack):
+    client = grpcclient.InferenceServerClient(stack.grpc_url)
+
+    def batch_sizes(model):
+        stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])}
+
+    text = " ".join([TEXT] * 3)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda i: speak(http, input=text, seed=i, response_format="pcm"), range(4)))
+    assert [r.status_code for r in results] == [200] * 4
+    assert all(pcm16(r.content).size > 24000 for r in results)
+    flow, hift = batch_sizes("cosyvoice3_flow"), batch_sizes("cosyvoice3_hift")
+    print("cosyvoice3_flow batch sizes:", flow, "cosyvoice3_hift batch sizes:", hift)
+    assert max(flow) > 1 or max(hift) > 1, (flow, hift)
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"ref_audio": None}, "ref_audio (base64 audio, 1-30 s) is required"),
+    ({"ref_text": None}, "ref_text (the transcript of ref_audio) is required"),
+    ({"ref_audio": "%%%"}, "must be base64"),
+    ({"ref_audio": base64.b64encode(b"not audio at all").decode()}, "could not be decoded"),
+    ({"ref_audio": wav_b64(reference(0.3), 24000)}, "must be between 1 and 30 s"),
+    ({"ref_audio": wav_b64(reference(31.0, 16000), 16000)}, "must be between 1 and 30 s"),
+    ({"ref_audio": wav_b64(np.zeros(24000 * 2, np.float32), 24000)}, "silent"),
+    ({"voice": "alloy"}, "clones the voice of ref_audio"),
+    ({"speed": 1.5}, "speed 1.0 only"),
+])
+def test_bad_voice_cloning_requests_get_400(http, change, needle):
+    body = {"model": "cosyvoice3", "input": TEXT, **REF, **change}
+    r = http.post("/v1/audio/speech", json={k: v for k, v in body.items() if v is not None})
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["error"]["message"]
+    assert http.get("/health").status_code == 200
