@@ -1,8 +1,9 @@
-"""Write a tiny random-weight CosyVoice3 checkpoint in the released file layout.
+"""Write a random-weight CosyVoice3 checkpoint in the released file layout.
 
 Same files, same key names, same tokenizer special tokens and ONNX input/output names as
-Fun-CosyVoice3-0.5B-2512, at sizes that run in seconds on a CPU. Used by the tests;
-`python -m tritontts.cosyvoice3.tiny OUT_DIR` writes one by hand.
+Fun-CosyVoice3-0.5B-2512. `tiny` sizes run in seconds on a CPU (the tests); `full` has the
+released network sizes (Qwen2-0.5B talker, 22-layer DiT, 512-channel HiFT) for measuring
+speed. `python -m tritontts.cosyvoice3.tiny OUT_DIR [--size full]` writes one by hand.
 """
 from __future__ import annotations
 
@@ -17,15 +18,25 @@ from .checkpoint import TEXT_MODEL_DIR
 from .talker import SPEECH_VOCAB
 
 # Hidden size / heads keep head_dim 64: vLLM's CPU attention rejects smaller heads.
-TINY_QWEN2 = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
-                  rope_theta=1000000.0, rms_norm_eps=1e-6, hidden_act="silu")
-# cosyvoice3.yaml as released, with the networks shrunk (same keys, same tags).
-TINY_YAML = """\
+_QWEN2_COMMON = dict(max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                     hidden_act="silu")
+SIZES = {
+    "tiny": dict(qwen2=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                            num_attention_heads=2, num_key_value_heads=1),
+                 text_vocab=None, dit_dim=64, dit_depth=2, dit_heads=2, lookahead_channels=64,
+                 hift_channels=32),
+    # Fun-CosyVoice3-0.5B-2512 as released (Qwen2-0.5B body, vocabulary of 151936 rows).
+    "full": dict(qwen2=dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                            num_attention_heads=14, num_key_value_heads=2),
+                 text_vocab=151936, dit_dim=1024, dit_depth=22, dit_heads=16,
+                 lookahead_channels=1024, hift_channels=512),
+}
+# cosyvoice3.yaml as released (same keys, same tags), network sizes filled in per SIZES.
+YAML_TEMPLATE = """\
 __set_seed1: !apply:random.seed [1986]
 sample_rate: 24000
-llm_input_size: 128
-llm_output_size: 128
+llm_input_size: {hidden}
+llm_output_size: {hidden}
 spk_embed_dim: 192
 qwen_pretrain_path: ''
 token_frame_rate: 25
@@ -60,7 +71,7 @@ flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
     pre_lookahead_len: 3
     pre_lookahead_layer: !new:cosyvoice.transformer.upsample_encoder.PreLookaheadLayer
         in_channels: 80
-        channels: 64
+        channels: {lookahead_channels}
         pre_lookahead_len: 3
     decoder: !new:cosyvoice.flow.flow_matching.CausalConditionalCFM
         in_channels: 240
@@ -75,10 +86,10 @@ flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
                 inference_cfg_rate: 0.7
                 reg_loss_type: 'l1'
         estimator: !new:cosyvoice.flow.DiT.dit.DiT
-            dim: 64
-            depth: 2
-            heads: 2
-            dim_head: 32
+            dim: {dit_dim}
+            depth: {dit_depth}
+            heads: {dit_heads}
+            dim_head: 64
             ff_mult: 2
             mel_dim: 80
             mu_dim: 80
@@ -89,7 +100,7 @@ flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
 
 hift: !new:cosyvoice.hifigan.generator.CausalHiFTGenerator
     in_channels: 80
-    base_channels: 32
+    base_channels: {hift_channels}
     nb_harmonics: 8
     sampling_rate: !ref <sample_rate>
     nsf_alpha: 0.1
@@ -110,7 +121,7 @@ hift: !new:cosyvoice.hifigan.generator.CausalHiFTGenerator
     f0_predictor: !new:cosyvoice.hifigan.f0_predictor.CausalConvRNNF0Predictor
         num_class: 1
         in_channels: 80
-        cond_channels: 32
+        cond_channels: {hift_channels}
 """
 _CORPUS = ("The quick brown fox jumps over the lazy dog. You are a helpful assistant. "
            "Speech synthesis turns text into sound, one token at a time. 0123456789 "
@@ -183,20 +194,22 @@ def _write_speech_tokenizer(path: Path, rng: np.random.Generator) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
 
 
-def write_tiny_llm(out: Path, seed: int = 0) -> None:
+def write_random_llm(out: Path, size: str = "tiny", seed: int = 0) -> None:
     """CosyVoice-BlankEN/ (config + tokenizer) and llm.pt with upstream key names."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    sizes = SIZES[size]
     text_dir = out / TEXT_MODEL_DIR
     text_dir.mkdir(parents=True, exist_ok=True)
     n_tokens = _write_tokenizer(text_dir)
     # Room for CosyVoice3's 283 added special tokens, rounded up like Qwen's padded vocab.
-    text_vocab = ((n_tokens + 300) // 64 + 1) * 64
-    config = Qwen2Config(vocab_size=text_vocab, tie_word_embeddings=True, **TINY_QWEN2)
+    text_vocab = sizes["text_vocab"] or ((n_tokens + 300) // 64 + 1) * 64
+    config = Qwen2Config(vocab_size=text_vocab, tie_word_embeddings=True,
+                         **_QWEN2_COMMON, **sizes["qwen2"])
     config.save_pretrained(str(text_dir))
     torch.manual_seed(seed)
     qwen = Qwen2ForCausalLM(config)
-    hidden = TINY_QWEN2["hidden_size"]
+    hidden = sizes["qwen2"]["hidden_size"]
     state = {f"llm.model.{k}": v for k, v in qwen.state_dict().items()}
     state["speech_embedding.weight"] = torch.randn(SPEECH_VOCAB, hidden) * 0.02
     state["llm_decoder.weight"] = torch.randn(SPEECH_VOCAB, hidden) * 0.02
@@ -216,12 +229,14 @@ def write_tiny_flow_and_hift(out: Path, seed: int = 0) -> None:
     torch.save(CausalHiFTGenerator(**kwargs_of(config["hift"])).state_dict(), out / "hift.pt")
 
 
-def write_tiny_checkpoint(out: str | Path, seed: int = 0) -> Path:
+def write_tiny_checkpoint(out: str | Path, seed: int = 0, size: str = "tiny") -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    (out / "cosyvoice3.yaml").write_text(TINY_YAML)
-    write_tiny_llm(out, seed)
+    sizes = SIZES[size]
+    (out / "cosyvoice3.yaml").write_text(YAML_TEMPLATE.format(
+        hidden=sizes["qwen2"]["hidden_size"], **{k: v for k, v in sizes.items() if k.startswith(("dit", "lookahead", "hift"))}))
+    write_random_llm(out, size, seed)
     write_tiny_flow_and_hift(out, seed)
     _write_campplus(out / "campplus.onnx", rng)
     _write_speech_tokenizer(out / "speech_tokenizer_v3.onnx", rng)
@@ -232,8 +247,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
     args = parser.parse_args(argv)
-    print(write_tiny_checkpoint(args.out, args.seed))
+    print(write_tiny_checkpoint(args.out, args.seed, args.size))
 
 
 if __name__ == "__main__":
