@@ -27,15 +27,10 @@ llm_input_size: 128
 token_mel_ratio: 2
 chunk_size: 25
 llm: !new:cosyvoice.llm.llm.CosyVoice3LM
-    llm_input_size: !ref <llm_input_size>
-    speech_token_size: 6561
     llm: !new:cosyvoice.llm.llm.Qwen2Encoder
         pretrain_path: !ref <qwen_pretrain_path>
     sampling: !name:cosyvoice.utils.common.ras_sampling
-        top_p: 0.8
         top_k: 25
-        win_size: 10
-        tau_r: 0.1
 flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
     static_chunk_size: !ref <chunk_size> * <token_mel_ratio>
 hift: !new:cosyvoice.hifigan.generator.CausalHiFTGenerator

@@ -58,9 +58,9 @@ class TalkerEngine:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="talker-loop", daemon=True)
         self._thread.start()
-        # gpu_memory_utilization is, on vLLM's CPU backend, the share of RAM for the KV cache.
+        # On vLLM's CPU backend gpu_memory_utilization is the share of RAM for weights + KV cache.
         args = dict(dtype="float32", max_model_len=4096, enable_prefix_caching=False,
-                    enforce_eager=True, seed=0, gpu_memory_utilization=0.1)
+                    enforce_eager=True, seed=0, gpu_memory_utilization=0.25)
         args.update(engine_args or {})
         self.engine = self.submit(self._create(str(talker_dir), args)).result()
 
