@@ -51,6 +51,18 @@ def main(argv=None) -> int:
     if unknown:
         print(f"unknown families {unknown}; known: {', '.join(FAMILIES)}", file=sys.stderr)
         return 2
+    if "cosyvoice3" in families and args.triton_url is None:
+        # Fail here, naming the file, rather than in a stage log a minute later.
+        from tritontts.cosyvoice3.checkpoint import CheckpointError, open_checkpoint
+
+        if not args.cosyvoice3_checkpoint:
+            print("--families cosyvoice3 needs --cosyvoice3-checkpoint DIR", file=sys.stderr)
+            return 2
+        try:
+            open_checkpoint(args.cosyvoice3_checkpoint)
+        except CheckpointError as exc:
+            print(f"cosyvoice3 checkpoint: {exc}", file=sys.stderr)
+            return 2
 
     # SIGTERM (also re-raised by uvicorn after its graceful shutdown) is a normal stop:
     # unwind through the finally below so tritonserver is stopped too.

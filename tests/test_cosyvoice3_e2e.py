@@ -103,3 +103,17 @@ def test_bad_voice_cloning_requests_get_400(http, change, needle):
     assert r.status_code == 400, r.text
     assert needle in r.json()["error"]["message"]
     assert http.get("/health").status_code == 200
+
+
+def test_launcher_names_a_missing_checkpoint_file(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    run = lambda *args: subprocess.run([sys.executable, "-m", "frontend", "--families", "cosyvoice3", *args],  # noqa: E731
+                                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = run()
+    assert out.returncode == 2 and "needs --cosyvoice3-checkpoint" in out.stderr
+    out = run("--cosyvoice3-checkpoint", str(tmp_path))
+    assert out.returncode == 2 and f"{tmp_path}/cosyvoice3.yaml: missing" in out.stderr
