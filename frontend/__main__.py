@@ -39,6 +39,8 @@ def parse_args(argv=None):
                         help="CosyVoice3 checkpoint directory (cosyvoice3.yaml, llm.pt, flow.pt, ...)")
     parser.add_argument("--max-in-flight", type=int, default=64,
                         help="requests served at once; more get 429")
+    parser.add_argument("--request-timeout", type=float, default=600.0,
+                        help="seconds a request may take end to end before it fails (503)")
     parser.add_argument("--triton-log", help="file for tritonserver's log (default: stdout)")
     return parser.parse_args(argv)
 
@@ -84,7 +86,7 @@ def main(argv=None) -> int:
             print(f"starting tritonserver ({', '.join(families)}) ...", flush=True)
             triton.start().wait_ready()
             triton_url = triton.grpc_url
-        app = create_app(triton_url, families, args.max_in_flight)
+        app = create_app(triton_url, families, args.max_in_flight, args.request_timeout)
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
         server = uvicorn.Server(config)
         shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host

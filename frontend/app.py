@@ -14,10 +14,11 @@ from .serving import SpeechService, error_response
 from .triton_client import TritonSpeechClient
 
 
-def create_app(triton_url: str, families: list[str], max_in_flight: int = 64) -> FastAPI:
+def create_app(triton_url: str, families: list[str], max_in_flight: int = 64,
+               request_timeout_s: float = 600.0) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        client = TritonSpeechClient(triton_url)
+        client = TritonSpeechClient(triton_url, request_timeout_s)
         app.state.service = SpeechService(client, families, max_in_flight)
         yield
         await client.close()

@@ -52,7 +52,7 @@ def _classify(message: str) -> Exception:
 
 
 class TritonSpeechClient:
-    def __init__(self, url: str, request_timeout_s: float = 300.0):
+    def __init__(self, url: str, request_timeout_s: float = 600.0):
         self.url = url
         self.request_timeout_s = request_timeout_s
         self._client = grpcaio.InferenceServerClient(url)
