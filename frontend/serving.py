@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from tritontts.stage import MAX_INPUT_CHARS, InvalidRequest
 
@@ -18,7 +19,7 @@ from . import metrics
 from .encoding import AudioEncoder
 from .families import FAMILIES
 from .protocol import SpeechRequest, error_body
-from .triton_client import StageFailed, StageRejected, TritonSpeechClient, TritonUnavailable
+from .triton_client import StageRejected, TritonSpeechClient, TritonUnavailable
 
 logger = logging.getLogger("tritontts.frontend")
 
@@ -98,11 +99,28 @@ class SpeechService:
                 await chunks.aclose()
             return Response(body, media_type=encoder.content_type)
 
-        body = self._stream(family, first, chunks, encoder, req.stream_format == "sse", request_id)
-        if req.stream_format == "sse":
-            return StreamingResponse(body, media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
-        return StreamingResponse(body, media_type=encoder.content_type)
+        released = False
+
+        def release_once():
+            nonlocal released
+            if not released:
+                released = True
+                self._release()
+
+        body = self._stream(family, first, chunks, encoder, req.stream_format == "sse",
+                            request_id, release_once)
+
+        async def cleanup():
+            # Runs after the response, also when the client left before the body started
+            # (the generator's own finally never runs then): free the slot and the stream.
+            await body.aclose()
+            await chunks.aclose()
+            release_once()
+
+        sse = req.stream_format == "sse"
+        return StreamingResponse(body, media_type="text/event-stream" if sse else encoder.content_type,
+                                 headers={"Cache-Control": "no-cache"} if sse else None,
+                                 background=BackgroundTask(cleanup))
 
     def _release(self):
         self._in_flight -= 1
@@ -116,7 +134,7 @@ class SpeechService:
             logger.warning("request %s: Triton unavailable: %s", request_id, exc)
             return error_response(503, f"the inference server is unavailable: {exc}",
                                   type_="server_error", headers={"Retry-After": "5"})
-        if isinstance(exc, (StageFailed, Exception)):
+        if isinstance(exc, Exception):  # StageFailed and anything unexpected
             logger.error("request %s failed: %s", request_id, exc)
             return error_response(500, f"synthesis failed: {exc}", type_="server_error")
         raise exc  # CancelledError and friends
@@ -132,7 +150,7 @@ class SpeechService:
         return b"".join(parts)
 
     async def _stream(self, family, first, chunks, encoder, sse: bool,
-                      request_id: str) -> AsyncIterator[bytes]:
+                      request_id: str, release) -> AsyncIterator[bytes]:
         samples = 0
         status = "200"
 
@@ -174,5 +192,5 @@ class SpeechService:
         finally:
             metrics.AUDIO_SECONDS.labels(family).inc(samples / first.sample_rate)
             metrics.REQUESTS.labels(family, status).inc()
-            self._release()
+            release()
             await chunks.aclose()

@@ -233,7 +233,9 @@ def test_stream_equals_whole_utterance():
     print(f"stream vs whole: max-abs-diff float64 {diff64:.3g}, float32 {diff32:.3g} "
           f"(float32 vs float64 model: {scale:.3g})")
     assert diff64 <= 1e-10
-    assert diff32 <= 1e-5
+    # Bound for float32 with margin over the worst seed seen (3.6e-5): CI CPUs may pick other
+    # kernels; the exactness claim rests on the float64 bound above.
+    assert diff32 <= 1e-4
 
 
 # --- d. parity with vLLM-Omni -------------------------------------------------------------
