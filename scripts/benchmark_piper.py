@@ -63,7 +63,7 @@ def run(name, url, make_body, streamed, concurrency, rounds):
             n = concurrency * rounds
             start = time.perf_counter()
             with ThreadPoolExecutor(concurrency) as pool:
-                outs = list(pool.map(lambda _: one(client, url, make_body(text), streamed), range(n)))
+                outs = list(pool.map(lambda _, text=text: one(client, url, make_body(text), streamed), range(n)))
             wall = time.perf_counter() - start
             ttfa = statistics.median(o[0] for o in outs)
             rate = sum(o[1] for o in outs) / wall

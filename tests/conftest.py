@@ -3,7 +3,6 @@ through the same launcher users run (`python -m frontend`)."""
 from __future__ import annotations
 
 import io
-import os
 import socket
 import subprocess
 import sys

@@ -56,7 +56,6 @@ def test_streaming_wav_arrives_in_chunks_and_equals_non_streaming(http):
 
 
 def test_grpc_chunks_follow_the_hop_schedule(stack):
-    import json
 
     chunks, error = stream_model(stack.grpc_url, "cosyvoice3", TEXT, params={**REF, "seed": 2})
     assert error is None and len(chunks) >= 2

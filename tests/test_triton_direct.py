@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import queue
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 import tritonclient.grpc as grpcclient
 
 THREE = "The sun rose over the hills. Birds began to sing in the trees. It was a quiet morning."

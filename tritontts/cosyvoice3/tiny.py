@@ -8,7 +8,6 @@ speed. `python -m tritontts.cosyvoice3.tiny OUT_DIR [--size full]` writes one by
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
