@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import logging
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -17,6 +18,9 @@ from .checkpoint import CosyVoice3Checkpoint
 from .streaming import HopSchedule, TokenChunk, TokenChunker
 from .talker import (TALKER_META, TalkerVocab, convert_llm_checkpoint, load_talker_vocab,
                      ras_extra_args)
+
+
+logger = logging.getLogger("tritontts.cosyvoice3.talker")
 
 
 def ensure_talker_checkpoint(ckpt: CosyVoice3Checkpoint, cache_root: str | Path | None = None) -> Path:
@@ -95,6 +99,7 @@ class TalkerEngine:
                                                  params, req.request_id):
             if cancelled():
                 await self.engine.abort(req.request_id)
+                logger.info("talker request %s cancelled after %d tokens", req.request_id, len(tokens))
                 raise asyncio.CancelledError("the client cancelled the request")
             ids = output.outputs[0].token_ids
             tokens = [self.vocab.to_speech(t) for t in ids if t not in stop]
