@@ -116,3 +116,31 @@ def test_launcher_names_a_missing_checkpoint_file(tmp_path):
     assert out.returncode == 2 and "needs --cosyvoice3-checkpoint" in out.stderr
     out = run("--cosyvoice3-checkpoint", str(tmp_path))
     assert out.returncode == 2 and f"{tmp_path}/cosyvoice3.yaml: missing" in out.stderr
+
+
+def test_client_disconnect_skips_later_stage_work(http, stack):
+    """Triton 2.51 cancels an ensemble's later steps once the client is gone; the flow and
+    vocoder stages then answer CANCELLED without computing (counted as failures)."""
+    import time
+
+    import httpx
+
+    client = grpcclient.InferenceServerClient(stack.grpc_url)
+
+    def failures():
+        total = 0
+        for model in ("cosyvoice3_flow", "cosyvoice3_hift"):
+            stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+            total += int(stats["inference_stats"].get("fail", {}).get("count", 0))
+        return total
+
+    before = failures()
+    body = {"model": "cosyvoice3", "input": " ".join([TEXT] * 12), **REF, "seed": 9, "stream": True}
+    with httpx.Client(base_url=stack.url, timeout=120) as c:
+        with c.stream("POST", "/v1/audio/speech", json=body) as r:
+            next(r.iter_bytes())  # first audio, then hang up
+    deadline = time.monotonic() + 60
+    while failures() == before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert failures() > before
+    assert speak(http, seed=1).status_code == 200

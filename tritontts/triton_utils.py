@@ -65,3 +65,9 @@ def error_response(exc: BaseException) -> "pb_utils.InferenceResponse":
             error=pb_utils.TritonError(f"{INVALID_REQUEST_TAG} {exc}", pb_utils.TritonError.INVALID_ARG))
     logger.exception("stage failure", exc_info=exc)
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"internal error: {exc!r}"))
+
+
+def cancelled_response() -> "pb_utils.InferenceResponse":
+    """For a request whose client went away: Triton 2.51 cancels an ensemble's later steps
+    (not the step already running), so later stages check and skip the work."""
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED))

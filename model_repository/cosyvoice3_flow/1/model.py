@@ -9,7 +9,7 @@ import triton_python_backend_utils as pb_utils
 
 from tritontts import stage
 from tritontts.cosyvoice3.family import FlowRunner, checkpoint_from_environment
-from tritontts.triton_utils import error_response, input_array, input_scalar, model_parameters, tensor
+from tritontts.triton_utils import cancelled_response, error_response, input_array, input_scalar, model_parameters, tensor
 
 
 class TritonPythonModel:
@@ -21,6 +21,8 @@ class TritonPythonModel:
         return [self._mel(request) for request in requests]
 
     def _mel(self, request):
+        if request.is_cancelled():  # the client went away: skip the work
+            return cancelled_response()
         try:
             finalize = bool(input_scalar(request, "finalize"))
             mel = self.runner.mel(input_array(request, "speech_tokens").reshape(-1),

@@ -9,7 +9,7 @@ import triton_python_backend_utils as pb_utils
 
 from tritontts import stage
 from tritontts.cosyvoice3.family import HiftRunner, checkpoint_from_environment
-from tritontts.triton_utils import error_response, input_array, input_scalar, model_parameters, tensor
+from tritontts.triton_utils import cancelled_response, error_response, input_array, input_scalar, model_parameters, tensor
 
 
 class TritonPythonModel:
@@ -21,6 +21,8 @@ class TritonPythonModel:
         return [self._audio(request) for request in requests]
 
     def _audio(self, request):
+        if request.is_cancelled():  # the client went away: skip the work
+            return cancelled_response()
         try:
             audio = self.runner.new_audio(input_array(request, "mel")[0],
                                           int(input_scalar(request, "token_offset")),

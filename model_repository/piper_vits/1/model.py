@@ -12,7 +12,7 @@ from tritontts import stage
 from tritontts.piper.vits import PiperVits
 from tritontts.piper.voices import load_voice_table
 from tritontts.scheduling import ChunkScheduler
-from tritontts.triton_utils import error_response, input_array, input_scalar, model_parameters, tensor
+from tritontts.triton_utils import cancelled_response, error_response, input_array, input_scalar, model_parameters, tensor
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -53,8 +53,7 @@ class TritonPythonModel:
 
     def _synthesize(self, request):
         if request.is_cancelled():  # the client went away: skip the work
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                "cancelled", pb_utils.TritonError.CANCELLED))
+            return cancelled_response()
         spec = self.voices.resolve(input_scalar(request, "voice"))
         vits = self.vits[spec.name]
         index = int(input_scalar(request, stage.CHUNK_INDEX))
