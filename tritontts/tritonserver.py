@@ -118,11 +118,18 @@ class TritonServer:
                            + (f"; see {self.log_path}" if self.log_path else ""))
 
     def stop(self, timeout: float = 30.0) -> None:
-        if not self.process or self.process.poll() is not None:
+        if not self.process:
             return
-        self.process.send_signal(signal.SIGTERM)
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        # Whatever the server left in its process group (a stub, vLLM's engine-core process
+        # holding its KV cache) goes too: nothing may outlive the server.
         try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        except ProcessLookupError:
+            pass
+        self.process.wait()
