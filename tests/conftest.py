@@ -83,11 +83,20 @@ def tiny_cosyvoice3(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory, tiny_cosyvoice3):
     """One tritonserver + front for the whole session, serving every family."""
+    before = engine_processes()
     s = Stack(tmp_path_factory.mktemp("stack"), "piper,cosyvoice3",
               ("--cosyvoice3-checkpoint", str(tiny_cosyvoice3))).start()
     yield s
     s.stop()
     assert s.proc.returncode == 0, s.log.read_text()[-4000:]
+    # Nothing the server started may outlive it (vLLM's engine core holds GBs of KV cache).
+    assert not engine_processes() - before
+
+
+def engine_processes() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", "VLLM::EngineCore|tritonserver --backend"],
+                         capture_output=True, text=True)
+    return {int(pid) for pid in out.stdout.split()}
 
 
 @pytest.fixture(scope="session")
