@@ -144,3 +144,14 @@ def test_client_disconnect_skips_later_stage_work(http, stack):
         time.sleep(0.5)
     assert failures() > before
     assert speak(http, seed=1).status_code == 200
+
+
+def test_long_input_streams_segment_after_segment(stack):
+    long_text = " ".join(["Hello there, how are you today?"] * 20)  # three talker segments
+    chunks, error = stream_model(stack.grpc_url, "cosyvoice3", long_text, params={**REF, "seed": 4})
+    assert error is None
+    assert [int(c.as_numpy("chunk_index")[0, 0]) for c in chunks] == list(range(len(chunks)))
+    finals = [bool(c.as_numpy("is_final")[0, 0]) for c in chunks]
+    assert finals[-1] and not any(finals[:-1])
+    seconds = sum(c.as_numpy("audio").size for c in chunks) / 24000
+    assert len(chunks) >= 6 and seconds > 3

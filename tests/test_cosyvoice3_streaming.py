@@ -74,3 +74,18 @@ def test_reference_prompt_is_cached_by_content(parts):
     assert again.prompt is job.prompt
     changed = frontend.prepare("Other words.", "", {**params, "ref_text": "Another transcript."})
     assert changed.prompt is not job.prompt and frontend.extractor.hits == hits + 1
+
+
+def test_long_input_is_spoken_in_segments(parts):
+    from tritontts.cosyvoice3.family import SEGMENT_TEXT_TOKENS
+
+    frontend, params, _, _, _ = parts
+    sentence = "Hello there, how are you today?"
+    segments = frontend.text_segments(" ".join([sentence] * 20))
+    sentence_ids = frontend.extractor.tokenizer.encode(sentence)
+    assert len(segments) >= 3 and all(len(s) <= SEGMENT_TEXT_TOKENS for s in segments)
+    assert segments[0][:len(sentence_ids)] == sentence_ids
+    job = frontend.prepare(" ".join([sentence] * 20), "", params)
+    assert len(job.segments) == len(segments)
+    assert all(s.prompt_ids[-len(job.prompt.speech_tokens):] == [frontend.vocab.speech_offset + t for t in
+               job.prompt.speech_tokens.tolist()] for s in job.segments)

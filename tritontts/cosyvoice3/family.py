@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..stage import MAX_INPUT_CHARS, InvalidRequest
-from ..text import normalize
+from ..text import normalize, split_sentences
 from .checkpoint import CheckpointError, CosyVoice3Checkpoint, open_checkpoint
 from .config import kwargs_of
 from .prompt import PromptExtractor, VoicePrompt
@@ -23,6 +23,7 @@ from .talker import TalkerVocab
 
 CHECKPOINT_ENV = "TRITONTTS_COSYVOICE3_CHECKPOINT"
 MIN_TOKEN_TEXT_RATIO, MAX_TOKEN_TEXT_RATIO = 2, 20   # upstream's generation length bounds
+SEGMENT_TEXT_TOKENS = 80      # like upstream, long input is spoken segment by segment
 TOKEN_MEL_RATIO = 2
 SAMPLES_PER_FRAME = 480                               # 24 kHz audio, 50 Hz mel
 
@@ -36,10 +37,16 @@ def checkpoint_from_environment() -> CosyVoice3Checkpoint:
 
 
 @dataclass(frozen=True)
-class TalkJob:
+class Segment:
+    """One talker generation: the voice prompt plus a stretch of the input text."""
     prompt_ids: list[int]
     min_tokens: int
     max_tokens: int
+
+
+@dataclass(frozen=True)
+class TalkJob:
+    segments: list[Segment]
     seed: int
     prompt: VoicePrompt
     stream_id: int
@@ -65,15 +72,24 @@ class CosyVoice3Frontend:
                                  "ref_audio; use voice 'default' with ref_audio and ref_text")
         p = parse_cosyvoice3_params(params)
         prompt = self.extractor.extract(p.ref_audio, p.ref_text)
-        text_ids = self.extractor.tokenizer.encode(normalize(text))
-        if not text_ids:
-            raise InvalidRequest("input has nothing to speak")
-        return TalkJob(
-            prompt_ids=self.vocab.prompt_ids(prompt.text_ids + text_ids, prompt.speech_tokens.tolist()),
-            min_tokens=MIN_TOKEN_TEXT_RATIO * len(text_ids),
-            max_tokens=MAX_TOKEN_TEXT_RATIO * len(text_ids),
-            seed=p.seed if p.seed is not None else secrets.randbits(62),
-            prompt=prompt, stream_id=secrets.randbits(63))
+        segments = [Segment(self.vocab.prompt_ids(prompt.text_ids + ids, prompt.speech_tokens.tolist()),
+                            MIN_TOKEN_TEXT_RATIO * len(ids), MAX_TOKEN_TEXT_RATIO * len(ids))
+                    for ids in self.text_segments(text)]
+        return TalkJob(segments, seed=p.seed if p.seed is not None else secrets.randbits(62),
+                       prompt=prompt, stream_id=secrets.randbits(63))
+
+    def text_segments(self, text: str) -> list[list[int]]:
+        """Token ids of the input, sentences merged up to SEGMENT_TEXT_TOKENS per segment."""
+        segments: list[list[int]] = []
+        for sentence in split_sentences(normalize(text)):
+            ids = self.extractor.tokenizer.encode(sentence if not segments else " " + sentence)
+            if segments and len(segments[-1]) + len(ids) <= SEGMENT_TEXT_TOKENS:
+                segments[-1] += ids
+            elif ids:
+                segments.append(self.extractor.tokenizer.encode(sentence))
+        if not segments:
+            raise InvalidRequest("input has nothing to speak (no letters or digits)")
+        return segments
 
 
 class FlowRunner:

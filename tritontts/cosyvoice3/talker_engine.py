@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
+from ..stage import InvalidRequest
 from .checkpoint import CosyVoice3Checkpoint
 from .streaming import HopSchedule, TokenChunk, TokenChunker
 from .talker import (TALKER_META, TalkerVocab, convert_llm_checkpoint, load_talker_vocab,
@@ -66,6 +67,7 @@ class TalkerEngine:
         args = dict(dtype="float32", max_model_len=4096, enable_prefix_caching=False,
                     enforce_eager=True, seed=0, gpu_memory_utilization=0.25)
         args.update(engine_args or {})
+        self.max_model_len = int(args["max_model_len"])
         self.engine = self.submit(self._create(str(talker_dir), args)).result()
 
     async def _create(self, model: str, args: dict):
@@ -87,9 +89,13 @@ class TalkerEngine:
         Returns the number of speech tokens generated."""
         from vllm import SamplingParams, TokensPrompt
 
+        room = self.max_model_len - len(req.prompt_ids)
+        if room <= req.min_tokens:
+            raise InvalidRequest(f"the reference prompt and text need {len(req.prompt_ids)} of the "
+                                 f"talker's {self.max_model_len} positions: use a shorter ref_audio")
         params = SamplingParams(
             temperature=1.0, top_p=1.0, top_k=0, seed=req.seed, detokenize=False,
-            min_tokens=req.min_tokens, max_tokens=req.max_tokens,
+            min_tokens=req.min_tokens, max_tokens=min(req.max_tokens, room),
             allowed_token_ids=self.vocab.allowed_ids, stop_token_ids=self.vocab.stop_ids,
             extra_args=ras_extra_args(self.vocab, self.sampling))
         chunker = TokenChunker(self.schedule, req.prompt_tokens)

@@ -24,9 +24,10 @@ class TritonPythonModel:
                                         input_scalar(request, stage.VOICE, ""),
                                         stage.parse_params(input_scalar(request, stage.PARAMS, "")))
             return pb_utils.InferenceResponse(output_tensors=[
-                tensor("prompt_ids", job.prompt_ids, np.int64),
-                tensor("min_tokens", [job.min_tokens], np.int32),
-                tensor("max_tokens", [job.max_tokens], np.int32),
+                tensor("prompt_ids", [i for seg in job.segments for i in seg.prompt_ids], np.int64),
+                tensor("segment_lengths", [len(seg.prompt_ids) for seg in job.segments], np.int32),
+                tensor("min_tokens", [seg.min_tokens for seg in job.segments], np.int32),
+                tensor("max_tokens", [seg.max_tokens for seg in job.segments], np.int32),
                 tensor("seed", [job.seed], np.int64),
                 tensor("prompt_tokens", job.prompt.speech_tokens, np.int32),
                 tensor("prompt_mel", job.prompt.mel, np.float32),

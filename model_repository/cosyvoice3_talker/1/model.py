@@ -37,31 +37,38 @@ class TritonPythonModel:
         sender = request.get_response_sender()
         try:
             prompt_tokens = input_array(request, "prompt_tokens").reshape(-1)
+            stream_id = int(input_scalar(request, stage.STREAM_ID))
             forwarded = [tensor("prompt_tokens", prompt_tokens, np.int32),
                          tensor("prompt_mel", input_array(request, "prompt_mel")[0], np.float32),
                          tensor("embedding", input_array(request, "embedding").reshape(-1), np.float32),
-                         tensor(stage.STREAM_ID, [input_scalar(request, stage.STREAM_ID)], np.int64)]
-            job = TalkRequest(
-                request_id=f"{input_scalar(request, stage.STREAM_ID)}",
-                prompt_ids=input_array(request, "prompt_ids").reshape(-1).tolist(),
-                min_tokens=int(input_scalar(request, "min_tokens")),
-                max_tokens=int(input_scalar(request, "max_tokens")),
-                seed=int(input_scalar(request, "seed")), prompt_tokens=prompt_tokens.size)
+                         tensor(stage.STREAM_ID, [stream_id], np.int64)]
+            prompts = np.split(input_array(request, "prompt_ids").reshape(-1),
+                               np.cumsum(input_array(request, "segment_lengths").reshape(-1))[:-1])
+            min_tokens = input_array(request, "min_tokens").reshape(-1)
+            max_tokens = input_array(request, "max_tokens").reshape(-1)
+            seed = int(input_scalar(request, "seed"))
             index = 0
+            for k, prompt_ids in enumerate(prompts):
+                last_segment = k == len(prompts) - 1
 
-            def send_chunk(tokens, chunk):
-                nonlocal index
-                sender.send(pb_utils.InferenceResponse(output_tensors=[
-                    tensor("speech_tokens", tokens[:chunk.tokens_upto], np.int32),
-                    tensor("token_offset", [chunk.token_offset], np.int32),
-                    tensor("finalize", [chunk.finalize], np.bool_),
-                    *forwarded,
-                    tensor(stage.CHUNK_INDEX, [index], np.int32),
-                    tensor(stage.IS_FINAL, [chunk.finalize], np.bool_),
-                ]), flags=FINAL if chunk.finalize else 0)
-                index += 1
+                def send_chunk(tokens, chunk, last_segment=last_segment):
+                    nonlocal index
+                    final = chunk.finalize and last_segment
+                    sender.send(pb_utils.InferenceResponse(output_tensors=[
+                        tensor("speech_tokens", tokens[:chunk.tokens_upto], np.int32),
+                        tensor("token_offset", [chunk.token_offset], np.int32),
+                        tensor("finalize", [chunk.finalize], np.bool_),
+                        *forwarded,
+                        tensor(stage.CHUNK_INDEX, [index], np.int32),
+                        tensor(stage.IS_FINAL, [final], np.bool_),
+                    ]), flags=FINAL if final else 0)
+                    index += 1
 
-            await self.engine.talk(job, send_chunk, request.is_cancelled)
+                # Segments are spoken one after another, each a generation of its own.
+                job = TalkRequest(request_id=f"{stream_id}-{k}", prompt_ids=prompt_ids.tolist(),
+                                  min_tokens=int(min_tokens[k]), max_tokens=int(max_tokens[k]),
+                                  seed=(seed + k) % 2**63, prompt_tokens=prompt_tokens.size)
+                await self.engine.talk(job, send_chunk, request.is_cancelled)
         except BaseException as exc:  # CancelledError included: every request gets its end
             sender.send(error_response(exc if isinstance(exc, Exception) else RuntimeError(repr(exc))),
                         flags=FINAL)
