@@ -3,9 +3,12 @@ numeric parity of the served piper ensemble with piper-tts's own synthesis."""
 from __future__ import annotations
 
 import json
+import os
 import queue
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -119,3 +122,33 @@ def test_perf_analyzer_streaming(stack, tmp_path):
     print(out.stdout[-3000:])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "Concurrency: 2, throughput:" in out.stdout
+
+
+def test_plain_tritonserver_command_serves_the_model_repository(tmp_path):
+    """Users may run tritonserver themselves: `python -m tritontts.tritonserver` is the real
+    binary with the environment prepared; the piper ensemble streams from it."""
+    from conftest import REPO, free_port
+
+    grpc_port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tritontts.tritonserver", "--model-repository=model_repository",
+         "--model-repository=ensembles", "--model-control-mode=explicit", "--load-model=piper",
+         f"--grpc-port={grpc_port}", f"--http-port={free_port()}", f"--metrics-port={free_port()}"],
+        cwd=REPO, stdout=open(tmp_path / "triton.log", "wb"), stderr=subprocess.STDOUT,
+        start_new_session=True)
+    try:
+        url = f"localhost:{grpc_port}"
+        client = grpcclient.InferenceServerClient(url)
+        for _ in range(240):
+            try:
+                if client.is_model_ready("piper"):
+                    break
+            except Exception:
+                pass
+            assert proc.poll() is None, (tmp_path / "triton.log").read_text()[-3000:]
+            time.sleep(0.5)
+        chunks, error = stream_piper(url, "One sentence. And another one.")
+        assert error is None and len(chunks) == 2
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)

@@ -133,3 +133,21 @@ class TritonServer:
         except ProcessLookupError:
             pass
         self.process.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m tritontts.tritonserver [tritonserver flags]`: the real tritonserver with this
+    environment prepared (stub, LD_LIBRARY_PATH, TRITONTTS_PYTHONPATH, --backend-directory).
+
+    e.g. python -m tritontts.tritonserver --model-repository model_repository \\
+             --model-repository ensembles --model-control-mode explicit --load-model piper
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not any(a.startswith("--backend-directory") for a in args):
+        args.insert(0, f"--backend-directory={prepare_python_backend()}")
+    binary = str(pytriton_root() / "bin" / "tritonserver")
+    os.execve(binary, [binary, *args], triton_env())
+
+
+if __name__ == "__main__":
+    main()
