@@ -13,7 +13,7 @@ from typing import AsyncIterator
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from tritontts.stage import MAX_INPUT_CHARS, InvalidRequest
+from tritontts.stage import InvalidRequest, check_text
 
 from . import metrics
 from .encoding import AudioEncoder
@@ -62,11 +62,10 @@ class SpeechService:
             return error_response(404, f"model {req.model!r} does not exist; served models: "
                                   f"{', '.join(self.families + list(OPENAI_MODEL_ALIASES))}",
                                   param="model")
-        if not req.input.strip():
-            return error_response(400, "input is empty: give the text to speak", param="input")
-        if len(req.input) > MAX_INPUT_CHARS:
-            return error_response(400, f"input is {len(req.input)} characters; the limit is "
-                                  f"{MAX_INPUT_CHARS}: split it into several requests", param="input")
+        try:
+            check_text(req.input)
+        except InvalidRequest as exc:
+            return error_response(400, str(exc), param="input")
         try:
             params = FAMILIES[family].build_params(req)
         except InvalidRequest as exc:

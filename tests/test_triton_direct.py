@@ -65,9 +65,12 @@ def test_grpc_streaming_to_the_ensemble(stack):
         assert np.abs(audio).max() <= 1.0 and np.sqrt(np.mean(audio**2)) > 0.02
 
 
-def test_grpc_bad_voice_is_a_tagged_error(stack):
+def test_grpc_bad_requests_are_tagged_errors(stack):
     chunks, error = stream_piper(stack.grpc_url, "Hello.", voice="nobody")
     assert not chunks and "[invalid_request] unknown voice 'nobody'" in str(error)
+    for model in ("piper", "cosyvoice3"):
+        chunks, error = stream_model(stack.grpc_url, model, "   ")
+        assert not chunks and "[invalid_request] input is empty" in str(error)
 
 
 def test_served_audio_matches_piper_tts_reference(stack):

@@ -41,6 +41,17 @@ class InvalidRequest(ValueError):
     """The request is wrong and the message says what to fix (HTTP 400)."""
 
 
+def check_text(text: str) -> str:
+    """The input text rules every family shares (the front checks them too, for a 400
+    before Triton is asked)."""
+    if not text or not text.strip():
+        raise InvalidRequest("input is empty: give the text to speak")
+    if len(text) > MAX_INPUT_CHARS:
+        raise InvalidRequest(f"input is {len(text)} characters; the limit is {MAX_INPUT_CHARS}: "
+                             "split it into several requests")
+    return text
+
+
 def parse_params(raw: str | bytes | None) -> dict[str, Any]:
     """Decode the `params` tensor: empty means no parameters."""
     if isinstance(raw, bytes):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..stage import MAX_INPUT_CHARS, InvalidRequest
+from ..stage import InvalidRequest, check_text
 from ..text import normalize, split_sentences
 from .checkpoint import CheckpointError, CosyVoice3Checkpoint, open_checkpoint
 from .config import kwargs_of
@@ -63,10 +63,7 @@ class CosyVoice3Frontend:
         return cls(checkpoint_from_environment())
 
     def prepare(self, text: str, voice: str, params: dict) -> TalkJob:
-        if not text.strip():
-            raise InvalidRequest("input text is empty")
-        if len(text) > MAX_INPUT_CHARS:
-            raise InvalidRequest(f"input is {len(text)} characters; the limit is {MAX_INPUT_CHARS}")
+        check_text(text)
         if voice not in ("", "default"):
             raise InvalidRequest(f"unknown voice {voice!r}: cosyvoice3 clones the voice of "
                                  "ref_audio; use voice 'default' with ref_audio and ref_text")

@@ -35,12 +35,7 @@ class TritonPythonModel:
         return None
 
     def _stream(self, request, sender):
-        text = input_scalar(request, stage.TEXT, "")
-        if not text.strip():
-            raise stage.InvalidRequest("input text is empty")
-        if len(text) > stage.MAX_INPUT_CHARS:
-            raise stage.InvalidRequest(
-                f"input is {len(text)} characters; the limit is {stage.MAX_INPUT_CHARS}")
+        text = stage.check_text(input_scalar(request, stage.TEXT, ""))
         spec = self.voices.resolve(input_scalar(request, stage.VOICE, ""))
         params = parse_piper_params(stage.parse_params(input_scalar(request, stage.PARAMS, "")))
         scales = scales_for(params, spec.config)
