@@ -45,6 +45,12 @@ def prepare_python_backend() -> Path:
     return root / "backends"
 
 
+def base_command() -> list[str]:
+    """The tritonserver binary with the Python backend this environment prepared."""
+    return [str(pytriton_root() / "bin" / "tritonserver"),
+            f"--backend-directory={prepare_python_backend()}"]
+
+
 def triton_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     root = pytriton_root()
     libs = root.parent.parent / "nvidia_pytriton.libs"
@@ -74,9 +80,7 @@ class TritonServer:
     process: subprocess.Popen | None = None
 
     def command(self) -> list[str]:
-        cmd = [str(pytriton_root() / "bin" / "tritonserver"),
-               f"--backend-directory={prepare_python_backend()}",
-               "--model-control-mode=explicit",
+        cmd = [*base_command(), "--model-control-mode=explicit",
                f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}",
                f"--metrics-port={self.metrics_port}",
                "--exit-timeout-secs=10", "--log-verbose=0"]
@@ -143,10 +147,10 @@ def main(argv: list[str] | None = None) -> None:
              --model-repository ensembles --model-control-mode explicit --load-model piper
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    if not any(a.startswith("--backend-directory") for a in args):
-        args.insert(0, f"--backend-directory={prepare_python_backend()}")
-    binary = str(pytriton_root() / "bin" / "tritonserver")
-    os.execve(binary, [binary, *args], triton_env())
+    command = base_command()
+    if any(a.startswith("--backend-directory") for a in args):
+        command = command[:1]  # the user's own backend directory wins
+    os.execve(command[0], [*command, *args], triton_env())
 
 
 if __name__ == "__main__":

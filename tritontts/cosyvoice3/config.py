@@ -15,6 +15,7 @@ import ast
 import operator
 import re
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -107,6 +108,6 @@ def load_hyperpyyaml(path: str | Path, overrides: dict | None = None) -> dict:
     return _resolve(raw, raw, path)
 
 
-def kwargs_of(block: dict) -> dict:
+def kwargs_of(block: Mapping[str, Any]) -> dict:
     """Constructor keyword arguments of a `!new:` block (its tag removed)."""
     return {k: v for k, v in block.items() if k != "__class__"}

@@ -16,7 +16,6 @@ import torch
 from ..stage import InvalidRequest, check_text
 from ..text import normalize, split_sentences
 from .checkpoint import CheckpointError, CosyVoice3Checkpoint, open_checkpoint
-from .config import kwargs_of
 from .prompt import PromptExtractor, VoicePrompt
 from .request import parse_cosyvoice3_params
 from .talker import TalkerVocab
@@ -95,7 +94,7 @@ class FlowRunner:
     def __init__(self, checkpoint: CosyVoice3Checkpoint):
         from .flow import build_flow, load_flow_state_dict
 
-        self.flow = build_flow(kwargs_of(checkpoint.config["flow"]))
+        self.flow = build_flow(checkpoint.config["flow"])
         load_flow_state_dict(self.flow, checkpoint.state_dict("flow.pt"))
         self.flow.eval()
 
@@ -124,7 +123,7 @@ class HiftRunner:
     def __init__(self, checkpoint: CosyVoice3Checkpoint):
         from .hift import CausalHiFTGenerator, load_hift_state_dict
 
-        self.hift = CausalHiFTGenerator(**kwargs_of(checkpoint.config["hift"]))
+        self.hift = CausalHiFTGenerator.from_config(checkpoint.config["hift"])
         load_hift_state_dict(self.hift, checkpoint.state_dict("hift.pt"))
         self.hift.eval()
         self.sample_rate = int(checkpoint.config["sample_rate"])

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import kwargs_of
+
 # Upstream draws the decoder noise once, after seeding torch with 0, as randn([1, 80, 50 * 300]):
 # 5 minutes of 50 Hz mel. Every call starts from a prefix of that tensor, which is what lets
 # a streamed request reproduce the frames of a whole one.
@@ -34,18 +36,13 @@ NOISE_SEED = 0
 MAX_MEL_FRAMES = 50 * 300
 
 
-def _kwargs(block: Mapping[str, Any]) -> dict[str, Any]:
-    """Constructor kwargs of a config block: the optional "__class__" tag is dropped."""
-    return {k: v for k, v in block.items() if k != "__class__"}
-
-
 def _cfm_params(params: Any) -> dict[str, Any]:
     """`cfm_params` as a plain dict: accepts {"content": {...}} (the yaml's DictConfig
     wrapper), the inner dict itself, or an attribute object such as an omegaconf DictConfig."""
     if isinstance(params, Mapping):
-        params = _kwargs(params)
+        params = kwargs_of(params)
         inner = params.get("content")
-        return dict(_kwargs(inner)) if isinstance(inner, Mapping) else dict(params)
+        return dict(kwargs_of(inner)) if isinstance(inner, Mapping) else dict(params)
     return {k: getattr(params, k) for k in ("sigma_min", "solver", "t_scheduler",
                                              "training_cfg_rate", "inference_cfg_rate")
             if hasattr(params, k)}
@@ -344,7 +341,7 @@ class CausalConditionalCFM(nn.Module):
         self.inference_cfg_rate = float(params.get("inference_cfg_rate", 0.7))
         if estimator is None:
             raise ValueError("decoder needs an `estimator` (a DiT or its kwargs)")
-        self.estimator = estimator if isinstance(estimator, nn.Module) else DiT(**_kwargs(estimator))
+        self.estimator = estimator if isinstance(estimator, nn.Module) else DiT(**kwargs_of(estimator))
         channels = getattr(self.estimator, "mel_dim", 80)
         generator = torch.Generator(device="cpu").manual_seed(NOISE_SEED)
         # Same values as upstream's seed-0 randn([1, 80, 15000]) (a fresh CPU generator
@@ -424,11 +421,11 @@ class CausalMaskedDiffWithDiT(nn.Module):
         self.input_embedding = nn.Embedding(vocab_size, input_size)
         self.spk_embed_affine_layer = nn.Linear(spk_embed_dim, output_size)
         self.pre_lookahead_layer = (pre_lookahead_layer if isinstance(pre_lookahead_layer, nn.Module)
-                                    else PreLookaheadLayer(**_kwargs(pre_lookahead_layer)))
+                                    else PreLookaheadLayer(**kwargs_of(pre_lookahead_layer)))
         if isinstance(decoder, nn.Module):
             self.decoder = decoder
         else:
-            decoder = _kwargs(decoder)
+            decoder = kwargs_of(decoder)
             self.decoder = CausalConditionalCFM(**decoder)
         inner_len = getattr(self.pre_lookahead_layer, "pre_lookahead_len", pre_lookahead_len)
         if inner_len != pre_lookahead_len:
@@ -483,7 +480,7 @@ class CausalMaskedDiffWithDiT(nn.Module):
 def build_flow(flow_kwargs: Mapping[str, Any]) -> CausalMaskedDiffWithDiT:
     """The flow model from the yaml `flow:` block given as plain data (nested blocks as
     kwargs dicts, "__class__" tags allowed). Weights are random until load_flow_state_dict."""
-    return CausalMaskedDiffWithDiT(**_kwargs(flow_kwargs))
+    return CausalMaskedDiffWithDiT(**kwargs_of(flow_kwargs))
 
 
 class FlowStateDictError(ValueError):

@@ -30,6 +30,8 @@ import torch.nn.functional as F
 from scipy.signal import get_window
 from torch import Tensor, nn
 
+from .config import kwargs_of
+
 __all__ = [
     "CausalConv1d", "CausalDownsampleConv1d", "CausalUpsampleConv1d", "Snake", "ResBlock",
     "CausalConvRNNF0Predictor", "HarmonicNoiseSource", "CausalHiFTGenerator",
@@ -348,7 +350,7 @@ class CausalHiFTGenerator(nn.Module):
     @classmethod
     def from_config(cls, hift_block: Mapping[str, Any]) -> CausalHiFTGenerator:
         """Build from the parsed `hift:` block of cosyvoice3.yaml ("__class__" ignored)."""
-        return cls(**{k: v for k, v in hift_block.items() if k != "__class__"})
+        return cls(**kwargs_of(hift_block))
 
     @property
     def f0_look_right(self) -> int:
@@ -448,7 +450,7 @@ def _build_f0_predictor(spec: nn.Module | Mapping[str, Any] | None, in_channels:
         return CausalConvRNNF0Predictor(in_channels=in_channels)
     if isinstance(spec, nn.Module):
         return spec
-    return CausalConvRNNF0Predictor(**{k: v for k, v in spec.items() if k != "__class__"})
+    return CausalConvRNNF0Predictor(**kwargs_of(spec))
 
 
 class HiFTStateDictError(KeyError):

@@ -56,7 +56,6 @@ class TalkRequest:
 class TalkerEngine:
     def __init__(self, talker_dir: Path, sampling: dict, schedule: HopSchedule,
                  engine_args: dict | None = None):
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self.vocab: TalkerVocab = load_talker_vocab(talker_dir)
         self.sampling = sampling
         self.schedule = schedule
@@ -100,6 +99,7 @@ class TalkerEngine:
             extra_args=ras_extra_args(self.vocab, self.sampling))
         chunker = TokenChunker(self.schedule, req.prompt_tokens)
         tokens: list[int] = []
+        seen = 0
         stop = set(self.vocab.stop_ids)
         async for output in self.engine.generate(TokensPrompt(prompt_token_ids=req.prompt_ids),
                                                  params, req.request_id):
@@ -107,8 +107,9 @@ class TalkerEngine:
                 await self.engine.abort(req.request_id)
                 logger.info("talker request %s cancelled after %d tokens", req.request_id, len(tokens))
                 raise asyncio.CancelledError("the client cancelled the request")
-            ids = output.outputs[0].token_ids
-            tokens = [self.vocab.to_speech(t) for t in ids if t not in stop]
+            ids = output.outputs[0].token_ids   # cumulative: convert only what is new
+            tokens.extend(self.vocab.to_speech(t) for t in ids[seen:] if t not in stop)
+            seen = len(ids)
             while (chunk := chunker.poll(len(tokens))) is not None:
                 on_chunk(tokens, chunk)
         on_chunk(tokens, chunker.finish(len(tokens)))

@@ -217,15 +217,15 @@ def write_random_llm(out: Path, size: str = "tiny", seed: int = 0) -> None:
 
 def write_tiny_flow_and_hift(out: Path, seed: int = 0) -> None:
     """flow.pt and hift.pt from our own modules built from the tiny yaml (upstream key names)."""
-    from .config import kwargs_of, load_hyperpyyaml
+    from .config import load_hyperpyyaml
     from .flow import build_flow
     from .hift import CausalHiFTGenerator
 
     config = load_hyperpyyaml(out / "cosyvoice3.yaml", {"qwen_pretrain_path": ""})
     torch.manual_seed(seed + 1)
-    torch.save(build_flow(kwargs_of(config["flow"])).state_dict(), out / "flow.pt")
+    torch.save(build_flow(config["flow"]).state_dict(), out / "flow.pt")
     torch.manual_seed(seed + 2)
-    torch.save(CausalHiFTGenerator(**kwargs_of(config["hift"])).state_dict(), out / "hift.pt")
+    torch.save(CausalHiFTGenerator.from_config(config["hift"]).state_dict(), out / "hift.pt")
 
 
 def write_tiny_checkpoint(out: str | Path, seed: int = 0, size: str = "tiny") -> Path:
