@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv with everything the server, the tests and the benchmarks need.
 # Idempotent (a stamp skips pip when pyproject.toml and this script are unchanged);
-# fails loudly. Facts behind each step: ../shared/TRITON_ON_CPU.md.
+# fails loudly. Why each step is needed: docs/triton-on-cpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

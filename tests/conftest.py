@@ -3,6 +3,7 @@ through the same launcher users run (`python -m frontend`)."""
 from __future__ import annotations
 
 import io
+import os
 import socket
 import subprocess
 import sys
@@ -35,9 +36,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def new_user_environment(caches: Path) -> dict[str, str]:
+    """The environment of a new user's login shell: no venv activated, only system
+    directories on PATH, nothing Python-specific inherited, and caches that start empty
+    (vLLM caches its model inspection across runs, which once hid a broken PATH)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH")}
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    env["XDG_CACHE_HOME"] = str(caches)
+    env["VLLM_CACHE_ROOT"] = str(caches / "vllm")
+    env["TRITONTTS_CACHE"] = str(caches / "tritontts")
+    return env
+
+
+@pytest.fixture(scope="session")
+def caches(tmp_path_factory) -> Path:
+    """Cache folders for this test run only."""
+    return tmp_path_factory.mktemp("caches")
+
+
 class Stack:
-    def __init__(self, tmp: Path, families: str = "piper", extra_args: tuple[str, ...] = ()):
+    def __init__(self, tmp: Path, families: str = "piper", extra_args: tuple[str, ...] = (),
+                 caches: Path | None = None):
         self.families, self.extra_args = families, extra_args
+        self.env = new_user_environment(caches or tmp / "caches")
         self.port, self.grpc_port = free_port(), free_port()
         self.http_port, self.metrics_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -51,8 +73,10 @@ class Stack:
                "--grpc-port", str(self.grpc_port), "--http-port", str(self.http_port),
                "--metrics-port", str(self.metrics_port), "--triton-log", str(self.triton_log),
                "--families", self.families, *self.extra_args]
+        # Started by the venv's interpreter path from a new user's environment, as
+        # `bash scripts/serve.sh` would be: the launcher must not rely on the caller's shell.
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=open(self.log, "wb"),
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -81,11 +105,11 @@ def tiny_cosyvoice3(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory, tiny_cosyvoice3):
+def stack(tmp_path_factory, tiny_cosyvoice3, caches):
     """One tritonserver + front for the whole session, serving every family."""
     before = engine_processes()
     s = Stack(tmp_path_factory.mktemp("stack"), "piper,cosyvoice3",
-              ("--cosyvoice3-checkpoint", str(tiny_cosyvoice3))).start()
+              ("--cosyvoice3-checkpoint", str(tiny_cosyvoice3)), caches).start()
     yield s
     s.stop()
     assert s.proc.returncode == 0, s.log.read_text()[-4000:]

@@ -130,7 +130,7 @@ def test_perf_analyzer_streaming(stack, tmp_path):
 def test_plain_tritonserver_command_serves_the_model_repository(tmp_path):
     """Users may run tritonserver themselves: `python -m tritontts.tritonserver` is the real
     binary with the environment prepared; the piper ensemble streams from it."""
-    from conftest import REPO, free_port
+    from conftest import REPO, free_port, new_user_environment
 
     grpc_port = free_port()
     proc = subprocess.Popen(
@@ -138,7 +138,7 @@ def test_plain_tritonserver_command_serves_the_model_repository(tmp_path):
          "--model-repository=ensembles", "--model-control-mode=explicit", "--load-model=piper",
          f"--grpc-port={grpc_port}", f"--http-port={free_port()}", f"--metrics-port={free_port()}"],
         cwd=REPO, stdout=open(tmp_path / "triton.log", "wb"), stderr=subprocess.STDOUT,
-        start_new_session=True)
+        start_new_session=True, env=new_user_environment(tmp_path / "caches"))
     try:
         url = f"localhost:{grpc_port}"
         client = grpcclient.InferenceServerClient(url)

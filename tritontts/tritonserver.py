@@ -1,9 +1,11 @@
 """Find, prepare and run the tritonserver binary that ships in the nvidia-pytriton wheel.
 
-Facts behind this (../shared/TRITON_ON_CPU.md): the Python backend needs the stub built for
+Facts behind this (docs/triton-on-cpu.md): the Python backend needs the stub built for
 the running interpreter copied next to it; the wheel's shared libraries and the
 interpreter's own libpython must come first on LD_LIBRARY_PATH; the stub imports
-packages from this environment's site-packages, and our code from the repository root.
+packages from this environment's site-packages, and our code from the repository root;
+and everything the stub starts (vLLM's model inspection child, the stub's own idea of
+which interpreter it is) comes from PATH, so this environment's bin goes first there.
 """
 from __future__ import annotations
 
@@ -51,11 +53,40 @@ def base_command() -> list[str]:
             f"--backend-directory={prepare_python_backend()}"]
 
 
-def triton_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+# Variables from the caller's shell that would point the stub, or the Python children it
+# starts, at another interpreter's installation.
+FOREIGN_PYTHON_VARIABLES = ("PYTHONHOME", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONEXECUTABLE",
+                            "__PYVENV_LAUNCHER__", "CONDA_PREFIX")
+
+
+def environment_bin() -> Path:
+    """The bin folder of this environment: where `python3` is this interpreter (the venv's
+    bin, not the base interpreter's; sys.executable is not resolved through links)."""
+    return Path(sys.executable).parent
+
+
+def triton_env(extra: dict[str, str] | None = None,
+               base: dict[str, str] | None = None) -> dict[str, str]:
+    """tritonserver's environment: the caller's, made to point at this environment only.
+
+    Whatever the caller's shell holds (no venv activated, only system directories on PATH,
+    another interpreter's PYTHONHOME), the stub and every process it starts see this
+    interpreter first: vLLM inspects model classes in a `python3 -m ...` child found on
+    PATH, and the stub derives its prefix (its standard library) from the `python3` on PATH.
+    """
     root = pytriton_root()
     libs = root.parent.parent / "nvidia_pytriton.libs"
     libdir = sysconfig.get_config_var("LIBDIR")
-    env = dict(os.environ)
+    env = dict(os.environ if base is None else base)
+    for name in FOREIGN_PYTHON_VARIABLES:
+        env.pop(name, None)
+    bin_dir = str(environment_bin())
+    env["PATH"] = os.pathsep.join(
+        [bin_dir, *(p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and p != bin_dir)])
+    if sys.prefix != sys.base_prefix:
+        env["VIRTUAL_ENV"] = sys.prefix
+    else:
+        env.pop("VIRTUAL_ENV", None)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
         p for p in (libdir, str(libs), env.get("LD_LIBRARY_PATH", "")) if p)
     env["TRITONTTS_PYTHONPATH"] = os.pathsep.join(
