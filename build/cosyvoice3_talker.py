@@ -13,7 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tritontts.cosyvoice3.checkpoint import open_checkpoint  # noqa: E402
-from tritontts.cosyvoice3.talker_engine import ensure_talker_checkpoint  # noqa: E402
+from tritontts.cosyvoice3.talker import ensure_talker_checkpoint  # noqa: E402
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

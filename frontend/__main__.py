@@ -1,9 +1,11 @@
 """`python -m frontend`: start tritonserver with the chosen families and the OpenAI front.
 
-  python -m frontend                       # tritonserver (piper) + front on :8091
-  python -m frontend --families piper --port 8091
+  python -m frontend                        # tritonserver (default family) + front on :8091
+  python -m frontend --families A,B --checkpoint B=/models/B --port 8091
   python -m frontend --triton-url host:8001 # front only, for a tritonserver run elsewhere
 
+Each family reads its checkpoint from `--checkpoint FAMILY=PATH` or, failing that, from its
+environment variable (listed below); the launcher checks it before tritonserver starts.
 Ctrl-C / SIGTERM stops the front, then tritonserver.
 """
 from __future__ import annotations
@@ -17,15 +19,36 @@ from pathlib import Path
 
 import uvicorn
 
+from tritontts.checkpoint import CheckpointError
+from tritontts.families import FAMILIES
+
 from .app import create_app
-from .families import FAMILIES
+
+
+def family_path(value: str) -> tuple[str, str]:
+    """FAMILY=PATH of --checkpoint (argparse turns the error into exit code 2)."""
+    name, sep, path = value.partition("=")
+    if not sep or not path:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not FAMILY=PATH; families: {', '.join(FAMILIES)}")
+    if name not in FAMILIES:
+        raise argparse.ArgumentTypeError(
+            f"unknown family {name!r} in {value!r}; families: {', '.join(FAMILIES)}")
+    return name, path
+
+
+def checkpoint_help() -> str:
+    return "\n".join(f"  {f.name}: {f.checkpoint_env}; {f.checkpoint_help}"
+                     + ("" if f.checkpoint_required else " (optional)")
+                     for f in FAMILIES.values())
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m frontend", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m frontend",
+                                     description=__doc__ + "\ncheckpoints:\n" + checkpoint_help(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--families", default=os.environ.get("TRITONTTS_FAMILIES", "piper"),
-                        help="comma-separated families to load (default: piper); "
+                        help="comma-separated families to load (default: %(default)s); "
                              f"known: {', '.join(FAMILIES)}")
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=8091)
@@ -34,9 +57,9 @@ def parse_args(argv=None):
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--metrics-port", type=int, default=8002)
-    parser.add_argument("--piper-voices", help="Piper voice table JSON (tritontts/piper/voices.py)")
-    parser.add_argument("--cosyvoice3-checkpoint",
-                        help="CosyVoice3 checkpoint directory (cosyvoice3.yaml, llm.pt, flow.pt, ...)")
+    parser.add_argument("--checkpoint", action="append", type=family_path, default=[],
+                        metavar="FAMILY=PATH",
+                        help="a family's checkpoint (repeatable); wins over its environment variable")
     parser.add_argument("--max-in-flight", type=int, default=64,
                         help="requests served at once; more get 429")
     parser.add_argument("--request-timeout", type=float, default=600.0,
@@ -45,26 +68,55 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+class LaunchError(Exception):
+    """The command line cannot work: the message says why (exit code 2)."""
+
+
+def requested_families(value: str) -> list[str]:
+    families = [f.strip() for f in value.split(",") if f.strip()]
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        raise LaunchError(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
+    return families
+
+
+def checkpoint_env(families: list[str], given: dict[str, str],
+                   environ: dict[str, str]) -> dict[str, str]:
+    """tritonserver's environment entries that hand each family its checkpoint, checked
+    here so that a wrong path fails now, naming the file, not in a stage log a minute later."""
+    env = {}
+    for name in families:
+        family = FAMILIES[name]
+        path = given.get(name) or environ.get(family.checkpoint_env)
+        if not path:
+            if family.checkpoint_required:
+                raise LaunchError(f"--families {name} needs --checkpoint {name}=PATH "
+                                  f"({family.checkpoint_help})")
+            continue
+        resolved = Path(path).expanduser().resolve()
+        if family.preflight is not None:
+            try:
+                family.preflight(resolved)
+            except CheckpointError as exc:
+                raise LaunchError(f"{name} checkpoint: {exc}") from None
+        env[family.checkpoint_env] = str(resolved)
+    return env
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    families = [f.strip() for f in args.families.split(",") if f.strip()]
-    unknown = [f for f in families if f not in FAMILIES]
-    if unknown:
-        print(f"unknown families {unknown}; known: {', '.join(FAMILIES)}", file=sys.stderr)
+    given = dict(args.checkpoint)
+    try:
+        families = requested_families(args.families)
+        # A tritonserver run elsewhere was given its checkpoints there.
+        env = checkpoint_env(families, given, os.environ) if args.triton_url is None else {}
+    except LaunchError as exc:
+        print(exc, file=sys.stderr)
         return 2
-    if "cosyvoice3" in families and args.triton_url is None:
-        # Fail here, naming the file, rather than in a stage log a minute later.
-        from tritontts.cosyvoice3.checkpoint import CheckpointError, open_checkpoint
-
-        if not args.cosyvoice3_checkpoint:
-            print("--families cosyvoice3 needs --cosyvoice3-checkpoint DIR", file=sys.stderr)
-            return 2
-        try:
-            open_checkpoint(args.cosyvoice3_checkpoint)
-        except CheckpointError as exc:
-            print(f"cosyvoice3 checkpoint: {exc}", file=sys.stderr)
-            return 2
+    ignored = sorted(set(given) - set(families))
+    if ignored:
+        print(f"--checkpoint for {', '.join(ignored)} ignored: not in --families", file=sys.stderr)
 
     # SIGTERM (also re-raised by uvicorn after its graceful shutdown) is a normal stop:
     # unwind through the finally below so tritonserver is stopped too.
@@ -74,11 +126,6 @@ def main(argv=None) -> int:
     if triton_url is None:
         from tritontts.tritonserver import TritonServer
 
-        env = {}
-        if args.piper_voices:
-            env["TRITONTTS_PIPER_VOICES"] = str(Path(args.piper_voices).resolve())
-        if args.cosyvoice3_checkpoint:
-            env["TRITONTTS_COSYVOICE3_CHECKPOINT"] = str(Path(args.cosyvoice3_checkpoint).resolve())
         triton = TritonServer(families, args.http_port, args.grpc_port, args.metrics_port,
                               env=env, log_path=Path(args.triton_log) if args.triton_log else None)
     try:

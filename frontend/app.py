@@ -11,17 +11,19 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from . import metrics
 from .protocol import ModelCard, ModelList, SpeechRequest
 from .serving import SpeechService, error_response
-from .triton_client import TritonSpeechClient
+from .triton_client import SpeechClient, TritonSpeechClient
 
 
 def create_app(triton_url: str, families: list[str], max_in_flight: int = 64,
-               request_timeout_s: float = 600.0) -> FastAPI:
+               request_timeout_s: float = 600.0, client: SpeechClient | None = None) -> FastAPI:
+    """`client` replaces the gRPC client to triton_url (the front's unit tests script one)."""
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        client = TritonSpeechClient(triton_url, request_timeout_s)
-        app.state.service = SpeechService(client, families, max_in_flight)
+        # The gRPC channel belongs to the server's event loop, so it is opened here.
+        speech_client = client or TritonSpeechClient(triton_url, request_timeout_s)
+        app.state.service = SpeechService(speech_client, families, max_in_flight)
         yield
-        await client.close()
+        await speech_client.close()
 
     app = FastAPI(title="tritontts", summary="OpenAI audio API on Triton", lifespan=lifespan)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncIterator, Protocol
 
 import grpc
 import numpy as np
@@ -33,6 +33,20 @@ class AudioChunk:
     sample_rate: int
     index: int
     final: bool
+
+
+class SpeechClient(Protocol):
+    """What the front asks of Triton; TritonSpeechClient is the real one, and the front's
+    unit tests serve a scripted one in its place (tests/front/fake_triton.py)."""
+
+    def synthesize(self, model: str, text: str, voice: str, params: dict,
+                   request_id: str) -> AsyncIterator[AudioChunk]: ...
+
+    async def model_ready(self, model: str) -> bool: ...
+
+    async def server_ready(self) -> bool: ...
+
+    async def close(self) -> None: ...
 
 
 def _bytes_input(name: str, value: str) -> InferInput:

@@ -24,7 +24,6 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 NEW_TOKENS = 64
 
@@ -36,7 +35,7 @@ def talker_speed(ckpt_dir: Path):
     from vllm import LLM, SamplingParams, TokensPrompt
 
     from tritontts.cosyvoice3.checkpoint import open_checkpoint
-    from tritontts.cosyvoice3.talker_engine import ensure_talker_checkpoint
+    from tritontts.cosyvoice3.talker import ensure_talker_checkpoint
     from tritontts.cosyvoice3.talker import load_talker_vocab
 
     talker_dir = ensure_talker_checkpoint(open_checkpoint(ckpt_dir), REPO / ".cache")
@@ -79,11 +78,11 @@ def serving(ckpt_dir: Path, requests: int):
     import httpx
     import soundfile as sf
 
-    from conftest import Stack
+    from tritontts.testing.stack import Stack
 
     tmp = REPO / ".cache" / "bench-cosyvoice3"
     tmp.mkdir(parents=True, exist_ok=True)
-    stack = Stack(tmp, "cosyvoice3", ("--cosyvoice3-checkpoint", str(ckpt_dir))).start(timeout=1200)
+    stack = Stack(tmp, ("cosyvoice3",), {"cosyvoice3": ckpt_dir}).start(timeout=1200)
     try:
         rate = 24000
         t = np.arange(rate * 3) / rate
@@ -120,11 +119,11 @@ def main():
     args = parser.parse_args()
     ckpt = args.checkpoint
     if ckpt is None:
-        from tritontts.cosyvoice3.tiny import write_tiny_checkpoint
+        from tritontts.cosyvoice3.random_checkpoint import write_random_checkpoint
 
         ckpt = REPO / ".cache" / "cosyvoice3-full"
         if not (ckpt / "flow.pt").exists():
-            write_tiny_checkpoint(ckpt, size="full")
+            write_random_checkpoint(ckpt, size="full")
     if not args.skip_talker:
         talker_speed(ckpt)
     if not args.skip_serving:

@@ -19,17 +19,39 @@ instance or arrival order.
 Errors: a stage answers a bad request with a TritonError whose message starts with
 INVALID_REQUEST_TAG; the front turns that into HTTP 400 with the rest of the message.
 Any other error is a server fault (HTTP 500).
+
+Stage classes: every stage model runs on our Python-based Triton backend (`backend:
+"tritontts"`, tritontts/triton_stage.py), which instantiates the class named by the
+config's `stage` parameter. A stage class only computes; the backend reads its inputs and
+output types from config.pbtxt, checks cancellation, forwards the stream metadata, sends
+responses and maps errors. Three kinds:
+
+  Stage           run(inputs) -> outputs             one response per request; in a
+                                                     decoupled model, scheduled earliest
+                                                     chunk first (tritontts/scheduling.py)
+  StreamingStage  run(inputs) -> iterator of outputs one response per chunk (decoupled)
+  EngineStage     async run(inputs) -> async iterator   the same on an asyncio loop of the
+                                                     stage's own (an engine such as vLLM)
 """
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Any
+import secrets
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+
+import numpy as np
 
 TEXT, VOICE, PARAMS = "text", "voice", "params"
 AUDIO, SAMPLE_RATE, CHUNK_INDEX, IS_FINAL = "audio", "sample_rate", "chunk_index", "is_final"
 STREAM_ID = "stream_id"
 ENSEMBLE_INPUTS = (TEXT, VOICE, PARAMS)
 ENSEMBLE_OUTPUTS = (AUDIO, SAMPLE_RATE, CHUNK_INDEX, IS_FINAL)
+STREAM_METADATA = (STREAM_ID, CHUNK_INDEX, IS_FINAL)
 
 INVALID_REQUEST_TAG = "[invalid_request]"
 
@@ -75,6 +97,14 @@ def split_invalid_request(message: str) -> str | None:
     return message[idx + len(INVALID_REQUEST_TAG):].strip()
 
 
+def reject_unknown(params: dict[str, Any], known: set[str] | frozenset[str], family: str) -> None:
+    """Every family's parser starts here: a field it does not know is a 400 naming it."""
+    unknown = set(params) - set(known)
+    if unknown:
+        raise InvalidRequest(
+            f"unknown parameter(s) {sorted(unknown)} for {family}; known: {sorted(known)}")
+
+
 def number_param(params: dict[str, Any], name: str, default: float | None,
                  low: float, high: float) -> float | None:
     """A numeric parameter within [low, high], or the default when absent/null."""
@@ -95,3 +125,120 @@ def seed_param(params: dict[str, Any]) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
         raise InvalidRequest("seed must be a non-negative integer below 2**63")
     return value
+
+
+# --- stage classes ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StageContext:
+    """What a stage learns about the Triton model it runs as."""
+    name: str                                  # the model's name
+    model_dir: Path                            # its folder (config.pbtxt, 1/)
+    version: str = "1"
+    parameters: dict[str, str] = field(default_factory=dict)   # config.pbtxt `parameters`
+    instance_count: int = 1
+
+    def settings(self, filename: str = "model.json") -> dict[str, Any]:
+        """A JSON file in the version folder (a talker's engine arguments), as vllm_backend
+        keeps its model.json."""
+        path = self.model_dir / self.version / filename
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+    def int_parameter(self, name: str, default: int) -> int:
+        return int(self.parameters.get(name, default))
+
+
+class Inputs(dict):
+    """A request's input tensors by name, without the batch dimension. `cancelled()` says
+    whether the client has gone away (the backend wires it to Triton's request)."""
+
+    @staticmethod
+    def cancelled() -> bool:
+        return False
+
+    def scalar(self, name: str, default: Any = None) -> Any:
+        """The first element; BYTES decode to str."""
+        array = self.get(name)
+        if array is None or array.size == 0:
+            return default
+        value = array.reshape(-1)[0]
+        if isinstance(value, bytes):
+            try:
+                return value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidRequest(f"{name} must be UTF-8 text") from None
+        return value.item() if hasattr(value, "item") else value
+
+    def flat(self, name: str) -> np.ndarray:
+        return self[name].reshape(-1)
+
+
+class Stage:
+    """One response per request: `run` returns the outputs by name. Outputs the config
+    declares that are also inputs (stream_id, chunk_index, is_final, forwarded tensors) are
+    passed through unless `run` sets them."""
+
+    def __init__(self, context: StageContext):
+        self.context = context
+
+    def run(self, inputs: Inputs) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Called when Triton unloads the model."""
+
+
+class StreamingStage(Stage):
+    """Many responses per request (a decoupled model): `run` yields one output dict per
+    chunk. chunk_index is numbered 0, 1, ... for you. A chunk that sets is_final is sent at
+    once; one that does not is held until the next chunk (or the end) shows whether it was
+    the last, so only cheap-to-produce chunks should leave is_final to the base."""
+
+    def run(self, inputs: Inputs) -> Iterator[dict[str, Any]]:
+        raise NotImplementedError
+
+
+class EngineStage(StreamingStage):
+    """A streaming stage whose work runs on an asyncio loop of its own (vllm_backend's
+    engine host): `run` is an async generator, scheduled on that loop; the backend sends
+    its responses from another thread, off the loop. Closing the generator (the client
+    went away) is where an engine request is aborted."""
+
+    def __init__(self, context: StageContext):
+        super().__init__(context)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever,
+                                        name=f"{context.name}-loop", daemon=True)
+        self._thread.start()
+
+    def submit(self, coro: Awaitable) -> Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    async def run(self, inputs: Inputs) -> AsyncIterator[dict[str, Any]]:
+        raise NotImplementedError
+        yield {}  # pragma: no cover - makes this an async generator
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@dataclass(frozen=True)
+class RequestStart:
+    """What a family's first stage derives from the ensemble inputs."""
+    text: str
+    voice: str
+    params: Any            # the family parser's result
+    seed: int              # the request's seed, or a random one
+    stream_id: int         # random per request: keys per-stream state in later stages
+
+
+def begin_request(inputs: Inputs, parser: Callable[[dict[str, Any]], Any]) -> RequestStart:
+    """Check text, parse params with the family's parser, pick seed and stream_id."""
+    text = check_text(inputs.scalar(TEXT, ""))
+    params = parser(parse_params(inputs.scalar(PARAMS, "")))
+    seed = getattr(params, "seed", None)
+    return RequestStart(text, inputs.scalar(VOICE, ""), params,
+                        seed if seed is not None else secrets.randbits(62), secrets.randbits(63))

@@ -33,8 +33,14 @@ def pytriton_root() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
 
 
+BACKEND_NAME = "tritontts"
+BACKEND_SOURCE = Path(__file__).resolve().parent / "triton_backend"
+
+
 def prepare_python_backend() -> Path:
-    """Copy the stub for this Python version beside libtriton_python.so (idempotent)."""
+    """The backend directory tritonserver needs, made ready (idempotent): the stub for this
+    Python version beside libtriton_python.so, and our Python-based backend (`tritontts`,
+    the stage host every stage model names) linked in beside it."""
     root = pytriton_root()
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
@@ -44,6 +50,13 @@ def prepare_python_backend() -> Path:
     if not target.is_file() or target.stat().st_size != stub.stat().st_size:
         shutil.copy2(stub, target)
     target.chmod(0o755)
+    link = root / "backends" / BACKEND_NAME
+    if not (link.is_symlink() and link.resolve() == BACKEND_SOURCE):
+        if link.is_symlink() or link.is_file():
+            link.unlink()
+        elif link.is_dir():
+            shutil.rmtree(link)
+        link.symlink_to(BACKEND_SOURCE, target_is_directory=True)
     return root / "backends"
 
 

@@ -13,16 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..checkpoint import CheckpointError, require_dir, require_files
 from .config import load_hyperpyyaml
 
 TEXT_MODEL_DIR = "CosyVoice-BlankEN"
 REQUIRED_FILES = ("cosyvoice3.yaml", "llm.pt", "flow.pt", "hift.pt", "campplus.onnx",
                   "speech_tokenizer_v3.onnx", f"{TEXT_MODEL_DIR}/config.json",
                   f"{TEXT_MODEL_DIR}/tokenizer_config.json")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file is missing or malformed; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -52,12 +49,8 @@ class CosyVoice3Checkpoint:
 
 
 def open_checkpoint(root: str | Path) -> CosyVoice3Checkpoint:
-    root = Path(root).expanduser().resolve()
-    if not root.is_dir():
-        raise CheckpointError(f"{root}: CosyVoice3 checkpoint directory not found")
-    for name in REQUIRED_FILES:
-        if not (root / name).is_file():
-            raise CheckpointError(f"{root / name}: missing from the CosyVoice3 checkpoint")
+    root = require_dir(root, "CosyVoice3")
+    require_files(root, REQUIRED_FILES, "CosyVoice3")
     tokenizer_dir = root / TEXT_MODEL_DIR
     if not (tokenizer_dir / "tokenizer.json").is_file() and not (
             (tokenizer_dir / "vocab.json").is_file() and (tokenizer_dir / "merges.txt").is_file()):

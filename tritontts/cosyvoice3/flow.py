@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checkpoint import load_strict
 from .config import kwargs_of
 
 # Upstream draws the decoder noise once, after seeding torch with 0, as randn([1, 80, 50 * 300]):
@@ -483,26 +484,7 @@ def build_flow(flow_kwargs: Mapping[str, Any]) -> CausalMaskedDiffWithDiT:
     return CausalMaskedDiffWithDiT(**kwargs_of(flow_kwargs))
 
 
-class FlowStateDictError(ValueError):
-    """flow.pt does not match the model: names every missing, unexpected or mis-shaped key."""
-
-    def __init__(self, missing: list[str], unexpected: list[str], mismatched: list[str]) -> None:
-        self.missing, self.unexpected, self.mismatched = missing, unexpected, mismatched
-        parts = [f"{label}: {', '.join(keys)}" for label, keys in
-                 (("missing keys", missing), ("unexpected keys", unexpected),
-                  ("shape mismatches", mismatched)) if keys]
-        super().__init__("flow state dict does not match the model; " + "; ".join(parts))
-
-
 def load_flow_state_dict(model: CausalMaskedDiffWithDiT, state_dict: Mapping[str, torch.Tensor]) -> None:
-    """Load a flow.pt state dict with strict key matching; raise FlowStateDictError listing
-    every missing, unexpected and wrongly shaped key (nothing is loaded in that case)."""
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state_dict))
-    unexpected = sorted(set(state_dict) - set(expected))
-    mismatched = sorted(f"{k} {tuple(state_dict[k].shape)} vs {tuple(expected[k].shape)}"
-                        for k in set(expected) & set(state_dict)
-                        if tuple(state_dict[k].shape) != tuple(expected[k].shape))
-    if missing or unexpected or mismatched:
-        raise FlowStateDictError(missing, unexpected, mismatched)
-    model.load_state_dict(dict(state_dict), strict=True)
+    """Load a flow.pt state dict with strict key and shape matching (CheckpointError names
+    every missing, unexpected and wrongly shaped key; nothing is loaded in that case)."""
+    load_strict(model, state_dict, "flow state dict")

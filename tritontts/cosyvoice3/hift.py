@@ -30,12 +30,13 @@ import torch.nn.functional as F
 from scipy.signal import get_window
 from torch import Tensor, nn
 
+from ..checkpoint import CheckpointError
 from .config import kwargs_of
 
 __all__ = [
     "CausalConv1d", "CausalDownsampleConv1d", "CausalUpsampleConv1d", "Snake", "ResBlock",
     "CausalConvRNNF0Predictor", "HarmonicNoiseSource", "CausalHiFTGenerator",
-    "HiFTStateDictError", "load_hift_state_dict", "stream_hift", "DEFAULT_NOISE_SEED",
+    "load_hift_state_dict", "stream_hift", "DEFAULT_NOISE_SEED",
 ]
 
 # Upstream draws its noise tables from the global RNG when the module is built, so they are
@@ -453,13 +454,6 @@ def _build_f0_predictor(spec: nn.Module | Mapping[str, Any] | None, in_channels:
     return CausalConvRNNF0Predictor(**kwargs_of(spec))
 
 
-class HiFTStateDictError(KeyError):
-    """A hift state dict's keys do not match the model; the message lists them."""
-
-    def __str__(self) -> str:    # KeyError would print the message quoted, as a repr
-        return str(self.args[0])
-
-
 # Upstream key suffixes of a weight-normed `weight` (old torch.nn.utils.weight_norm, and
 # torch.nn.utils.parametrizations.weight_norm) -> which half of the pair it is.
 _WEIGHT_NORM_SUFFIXES = {
@@ -477,7 +471,7 @@ def load_hift_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor]) -> 
     in the dtype of the receiving parameter, so the f0 predictor gets the float64 weights
     upstream's float64 f0 path computes. A leading "generator." (a GAN checkpoint, which
     upstream's loader strips too) is dropped. Missing or unexpected keys raise
-    HiFTStateDictError naming them; no parameter is changed then.
+    CheckpointError naming them; no parameter is changed then.
     """
     expected = model.state_dict()
     plain: dict[str, Tensor] = {}
@@ -501,7 +495,7 @@ def load_hift_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor]) -> 
         (g_key, g), (v_key, v) = pair["g"], pair["v"]
         origin[name] = [g_key, v_key]
         if name in plain:
-            raise HiFTStateDictError(f"hift state dict: {name} given both plain and weight-normed")
+            raise CheckpointError(f"hift state dict: {name} given both plain and weight-normed")
         dtype = expected[name].dtype if name in expected else v.dtype
         # torch._weight_norm is the kernel both weight_norm APIs evaluate on every forward,
         # so the folded weight has the bits upstream's modules compute.
@@ -510,7 +504,7 @@ def load_hift_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor]) -> 
     missing = sorted(set(expected) - set(plain))
     unexpected = sorted(k for name in set(plain) - set(expected) for k in origin[name])
     if missing or unexpected or unpaired:
-        raise HiFTStateDictError("hift state dict does not match the model: "
+        raise CheckpointError("hift state dict does not match the model: "
                        f"missing {missing}, unexpected {unexpected}, "
                        f"weight norm half without its pair {sorted(unpaired)}")
     model.load_state_dict(plain, strict=True)

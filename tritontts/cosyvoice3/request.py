@@ -6,7 +6,7 @@ import binascii
 from dataclasses import dataclass
 from typing import Any
 
-from ..stage import InvalidRequest, seed_param
+from ..stage import InvalidRequest, reject_unknown, seed_param
 
 KNOWN = {"ref_audio", "ref_text", "seed", "speed"}
 MAX_REF_AUDIO_BYTES = 16 * 1024 * 1024
@@ -20,10 +20,7 @@ class CosyVoice3Params:
 
 
 def parse_cosyvoice3_params(params: dict[str, Any]) -> CosyVoice3Params:
-    unknown = set(params) - KNOWN
-    if unknown:
-        raise InvalidRequest(
-            f"unknown parameter(s) {sorted(unknown)} for cosyvoice3; known: {sorted(KNOWN)}")
+    reject_unknown(params, KNOWN, "cosyvoice3")
     speed = params.get("speed", 1.0)
     if speed not in (None, 1, 1.0):
         raise InvalidRequest("cosyvoice3 streams at speed 1.0 only; omit speed")

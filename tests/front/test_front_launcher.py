@@ -1,0 +1,89 @@
+"""`python -m frontend` argument checks: every one of these exits before a server starts."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from frontend.__main__ import checkpoint_env, main
+from tritontts.families import FAMILIES
+
+REQUIRING = [f for f in FAMILIES.values() if f.checkpoint_required]
+
+
+def launch(argv: list[str], capsys) -> tuple[int, str]:
+    """(exit code, stderr) of the launcher, whether it returns or argparse exits."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture(autouse=True)
+def no_checkpoint_variables(monkeypatch):
+    for family in FAMILIES.values():
+        monkeypatch.delenv(family.checkpoint_env, raising=False)
+
+
+@pytest.mark.parametrize("family", REQUIRING, ids=lambda f: f.name)
+def test_checkpoint_that_does_not_exist_exits_2_naming_the_path(family, tmp_path, capsys):
+    missing = tmp_path / "nonexistent"
+    code, err = launch(["--families", family.name, "--checkpoint", f"{family.name}={missing}"],
+                       capsys)
+    assert code == 2 and str(missing) in err
+
+
+def test_checkpoint_for_an_unknown_family_exits_2_naming_the_known_families(capsys):
+    code, err = launch(["--checkpoint", "bogus=x"], capsys)
+    assert code == 2 and all(name in err for name in FAMILIES)
+
+
+def test_checkpoint_without_family_equals_path_exits_2_asking_for_that_form(capsys):
+    code, err = launch(["--checkpoint", "just-a-path"], capsys)
+    assert code == 2 and "FAMILY=PATH" in err
+
+
+@pytest.mark.parametrize("family", REQUIRING, ids=lambda f: f.name)
+def test_family_that_requires_a_checkpoint_exits_2_without_one(family, capsys):
+    code, err = launch(["--families", family.name], capsys)
+    assert code == 2 and f"needs --checkpoint {family.name}=PATH" in err
+
+
+@pytest.mark.parametrize("family", REQUIRING, ids=lambda f: f.name)
+def test_checkpoint_comes_from_the_family_environment_variable(family, tmp_path, monkeypatch,
+                                                               capsys):
+    missing = tmp_path / "from-environment"
+    monkeypatch.setenv(family.checkpoint_env, str(missing))
+    code, err = launch(["--families", family.name], capsys)
+    assert code == 2 and str(missing) in err
+
+
+@pytest.mark.parametrize("family", REQUIRING, ids=lambda f: f.name)
+def test_checkpoint_option_wins_over_the_environment_variable(family, tmp_path, monkeypatch,
+                                                              capsys):
+    monkeypatch.setenv(family.checkpoint_env, str(tmp_path / "from-environment"))
+    code, err = launch(["--families", family.name,
+                        "--checkpoint", f"{family.name}={tmp_path / 'from-option'}"], capsys)
+    assert code == 2 and "from-option" in err and "from-environment" not in err
+
+
+def test_unknown_family_in_families_exits_2_naming_it(capsys):
+    code, err = launch(["--families", "bogus"], capsys)
+    assert code == 2 and "bogus" in err
+
+
+def test_family_without_a_required_checkpoint_needs_no_tritonserver_entry():
+    optional = [f.name for f in FAMILIES.values() if not f.checkpoint_required]
+    assert checkpoint_env(optional, {}, {}) == {}
+
+
+def test_checkpoint_is_preflighted_and_reaches_tritonserver_absolute_under_checkpoint_env(
+        tmp_path, monkeypatch):
+    checked = []
+    family = replace(next(iter(FAMILIES.values())), preflight=checked.append)
+    monkeypatch.setitem(FAMILIES, family.name, family)
+    monkeypatch.chdir(tmp_path)
+    env = checkpoint_env([family.name], {family.name: "ckpt"}, {})
+    absolute = tmp_path.resolve() / "ckpt"
+    assert env == {family.checkpoint_env: str(absolute)} and checked == [absolute]

@@ -1,0 +1,144 @@
+"""POST /v1/audio/speech, /v1/models and /health against a scripted Triton client."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import numpy as np
+import soundfile as sf
+from fake_triton import FakeTritonClient, pcm16, run_async, serving, tone_chunks
+
+from frontend.triton_client import StageFailed, StageRejected, TritonUnavailable
+from tritontts.families import FAMILIES
+
+
+def sse_events(body: bytes) -> list[dict]:
+    return [json.loads(line[len(b"data: "):]) for line in body.split(b"\n\n") if line]
+
+
+@run_async
+async def test_wav_body_decodes_to_every_chunk_at_the_chunk_sample_rate():
+    chunks = tone_chunks(3, 500)
+    async with serving(FakeTritonClient(chunks, sample_rate=24000)) as front:
+        r = await front.speech(response_format="wav")
+    audio, rate = sf.read(io.BytesIO(r.content), dtype="float32")
+    assert r.status_code == 200 and rate == 24000 and audio.shape == (1500,)
+    np.testing.assert_allclose(audio, np.concatenate(chunks), atol=1e-4)
+
+
+@run_async
+async def test_raw_stream_sends_each_chunk_as_one_body_message_in_order():
+    chunks = tone_chunks(3)
+    async with serving(FakeTritonClient(chunks)) as front:
+        exchange = front.exchange(response_format="pcm", stream=True)
+        assert await exchange.outcome() is None
+    start, *bodies = exchange.drained()
+    assert start["status"] == 200
+    assert [m["body"] for m in bodies] == [pcm16(c) for c in chunks] + [b""]
+
+
+@run_async
+async def test_sse_sends_a_delta_per_chunk_then_done_with_audio_seconds():
+    chunks = tone_chunks(3, 441)
+    async with serving(FakeTritonClient(chunks, sample_rate=22050)) as front:
+        r = await front.speech(response_format="pcm", stream_format="sse")
+    events = sse_events(r.content)
+    assert [e["type"] for e in events] == ["speech.audio.delta"] * 3 + ["speech.audio.done"]
+    assert [base64.b64decode(e["audio"]) for e in events[:3]] == [pcm16(c) for c in chunks]
+    assert events[-1]["usage"]["audio_seconds"] == round(3 * 441 / 22050, 3)
+
+
+@run_async
+async def test_stage_rejection_before_the_first_chunk_is_400_with_the_stage_message():
+    fake = FakeTritonClient(errors={0: StageRejected("unknown voice 'nobody'")})
+    async with serving(fake) as front:
+        r = await front.speech(voice="nobody", stream=True)
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "unknown voice 'nobody'"
+
+
+@run_async
+async def test_triton_unavailable_is_503_with_retry_after():
+    fake = FakeTritonClient(errors={0: TritonUnavailable("failed to connect")})
+    async with serving(fake) as front:
+        r = await front.speech()
+    assert r.status_code == 503 and r.headers["retry-after"] == "5"
+
+
+@run_async
+async def test_stage_failure_mid_sse_stream_ends_with_an_in_band_error_event():
+    fake = FakeTritonClient(tone_chunks(3), errors={1: StageFailed("vocoder exploded")})
+    async with serving(fake) as front:
+        r = await front.speech(response_format="pcm", stream_format="sse")
+    events = sse_events(r.content)
+    assert r.status_code == 200
+    assert [e["type"] for e in events] == ["speech.audio.delta", "error"]
+    assert events[-1]["error"]["message"] == "vocoder exploded"
+
+
+@run_async
+async def test_unknown_model_is_404_on_param_model():
+    async with serving(FakeTritonClient()) as front:
+        r = await front.speech(model="no-such-model")
+    assert r.status_code == 404 and r.json()["error"]["param"] == "model"
+
+
+@run_async
+async def test_empty_input_is_400_on_param_input_before_triton_is_asked():
+    async with serving(FakeTritonClient()) as front:
+        r = await front.speech(input="   ")
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+    assert front.fake.calls == []
+
+
+@run_async
+async def test_unknown_family_parameter_is_400_naming_it_before_triton_is_asked():
+    async with serving(FakeTritonClient()) as front:
+        r = await front.speech(pitch_shift=3)
+    assert r.status_code == 400 and "pitch_shift" in r.json()["error"]["message"]
+    assert front.fake.calls == []
+
+
+@run_async
+async def test_speed_other_than_1_is_400_for_a_family_without_native_speed():
+    family = next(f for f in FAMILIES.values() if not f.capabilities.native_speed)
+    async with serving(FakeTritonClient(), [family.name]) as front:
+        r = await front.speech(model=family.name, speed=1.5, **family.example_params())
+    assert r.status_code == 400 and "speed" in r.json()["error"]["message"]
+
+
+@run_async
+async def test_openai_alias_tts_1_is_served_by_the_first_served_family():
+    families = list(reversed(FAMILIES))  # the first served is not the request's default model
+    first = FAMILIES[families[0]]
+    async with serving(FakeTritonClient(), families) as front:
+        r = await front.speech(model="tts-1", **first.example_params())
+    assert r.status_code == 200 and front.fake.calls[0]["model"] == first.name
+
+
+@run_async
+async def test_instructions_are_dropped_for_a_family_without_style_control():
+    family = next(f for f in FAMILIES.values() if not f.capabilities.instructions)
+    async with serving(FakeTritonClient(), [family.name]) as front:
+        r = await front.speech(model=family.name, instructions="whisper",
+                               **family.example_params())
+    assert r.status_code == 200 and "instructions" not in front.fake.calls[0]["params"]
+
+
+@run_async
+async def test_health_is_503_listing_the_ready_models_when_a_family_is_not_ready():
+    families = list(FAMILIES)
+    async with serving(FakeTritonClient(ready={families[0]}), families) as front:
+        r = await front.http.get("/health")
+    assert r.status_code == 503
+    assert r.json()["ready_models"] == [families[0]]
+
+
+@run_async
+async def test_models_lists_only_the_ready_families_as_openai_model_cards():
+    families = list(FAMILIES)
+    async with serving(FakeTritonClient(ready={families[-1]}), families) as front:
+        r = await front.http.get("/v1/models")
+    assert r.json() == {"object": "list", "data": [
+        {"id": families[-1], "object": "model", "owned_by": "tritontts", "created": 0}]}

@@ -1,0 +1,75 @@
+"""The Family descriptor: everything that differs between TTS families, in one place.
+
+The launcher, the HTTP front, the ensemble generator and the tests loop over the registered
+descriptors (`tritontts.families.FAMILIES`) and read capabilities from them; none of them
+branches on a family's name. Each family declares its descriptor in its own
+`tritontts/<family>/family.py`, which must stay light to import (no torch, no Triton):
+the front imports it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .checkpoint import CheckpointError
+from .stage import InvalidRequest
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a family can honour; the front answers 400 for what it cannot."""
+    sample_rate: int                      # of every chunk it streams
+    native_speed: bool = False            # `speed` changes the synthesis itself
+    reference_audio: bool = False         # clones a voice from ref_audio (+ ref_text)
+    instructions: bool = False            # honours style `instructions`
+    languages: tuple[str, ...] = ("en",)
+    streaming: bool = True                # audio leaves in chunks while synthesis goes on
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str                             # OpenAI `model` value and the ensemble's name
+    description: str
+    stages: tuple[str, ...]               # stage models in pipeline order (ensembles/ is
+                                          # generated from them: tritontts.repository)
+    parse_params: Callable[[dict[str, Any]], Any]   # the family's one parameter parser
+    capabilities: Capabilities
+    # The checkpoint: `--checkpoint NAME=PATH` or the environment variable below.
+    checkpoint_help: str
+    checkpoint_required: bool = True
+    checkpoint_env_name: str | None = None          # default TRITONTTS_<NAME>_CHECKPOINT
+    preflight: Callable[[Path], None] | None = None  # raises CheckpointError naming the file
+    voices: Callable[[Path | None], list[str]] = field(default=lambda checkpoint: ["default"])
+    # For tests and benchmarks: a random checkpoint in the real layout, and the extra
+    # request fields (beyond input/voice) that a request to it needs.
+    write_random_checkpoint: Callable[..., Path] | None = None
+    example_params: Callable[[], dict[str, Any]] = field(default=dict)
+
+    @property
+    def checkpoint_env(self) -> str:
+        return self.checkpoint_env_name or f"TRITONTTS_{self.name.upper()}_CHECKPOINT"
+
+    def checkpoint(self, environ: dict[str, str] | None = None) -> Path | None:
+        """The checkpoint path the launcher handed the stages (None: the family's default)."""
+        value = (os.environ if environ is None else environ).get(self.checkpoint_env)
+        if value:
+            return Path(value)
+        if self.checkpoint_required:
+            raise CheckpointError(f"{self.checkpoint_env} is not set: start with "
+                                  f"`python -m frontend --families {self.name} "
+                                  f"--checkpoint {self.name}=PATH` ({self.checkpoint_help})")
+        return None
+
+    def request_params(self, speed: float, extra: dict[str, Any]) -> dict[str, Any]:
+        """The ensemble's `params` for an HTTP request: its extra fields plus `speed` when it
+        is not 1, checked by the family's parser (a 400 before Triton is asked)."""
+        params = dict(extra)
+        if speed != 1.0:
+            if not self.capabilities.native_speed:
+                raise InvalidRequest(f"{self.name} speaks at speed 1.0 only; omit speed")
+            params["speed"] = speed
+        self.parse_params(params)
+        return params
+
