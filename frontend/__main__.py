@@ -20,7 +20,7 @@ from pathlib import Path
 import uvicorn
 
 from tritontts.checkpoint import CheckpointError
-from tritontts.families import FAMILIES
+from tritontts.families import DEFAULT_FAMILY, FAMILIES
 
 from .app import create_app
 
@@ -47,7 +47,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python -m frontend",
                                      description=__doc__ + "\ncheckpoints:\n" + checkpoint_help(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--families", default=os.environ.get("TRITONTTS_FAMILIES", "piper"),
+    parser.add_argument("--families", default=os.environ.get("TRITONTTS_FAMILIES", DEFAULT_FAMILY),
                         help="comma-separated families to load (default: %(default)s); "
                              f"known: {', '.join(FAMILIES)}")
     parser.add_argument("--host", default="0.0.0.0")

@@ -5,6 +5,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tritontts.families import DEFAULT_FAMILY
+
 from .encoding import FORMATS
 
 ResponseFormat = Literal[FORMATS]  # type: ignore[valid-type]
@@ -17,7 +19,7 @@ class SpeechRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field("piper", description="a family name, or an alias such as tts-1")
+    model: str = Field(DEFAULT_FAMILY, description="a family name, or an alias such as tts-1")
     input: str = Field(..., description="the text to speak")
     voice: str = Field("default", description="a voice of the family")
     instructions: str | None = Field(None, description="accepted for SDK compatibility; "

@@ -6,10 +6,9 @@ wall-clock second, at concurrency 1 and 8, for a 1-sentence and a 5-sentence inp
 Ours is measured streaming (stream: true, raw WAV) and whole-file; piper's server only
 returns whole files.
 
-  .venv/bin/python scripts/benchmark_piper.py [--rounds 3] [--baseline CHECKOUT]
+  .venv/bin/python scripts/benchmark_piper.py [--rounds 3]
 
---baseline adds another checkout of this repository (with its own .venv, e.g. the commit
-before a refactor) as a third server, measured in the same run: ratios ours/baseline.
+(This checkout against another one, e.g. before a refactor: scripts/benchmark_checkouts.py.)
 """
 from __future__ import annotations
 
@@ -76,7 +75,6 @@ def run(name, url, make_body, streamed, concurrency, rounds):
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--baseline", type=Path, help="another checkout of this repository")
     args = parser.parse_args()
 
     from tritontts.piper.voices import load_voice_table
@@ -85,10 +83,6 @@ def main():
     tmp = Path(REPO / ".cache" / "bench")
     tmp.mkdir(parents=True, exist_ok=True)
     ours = Stack(tmp, ("piper",)).start()
-    baseline = None
-    if args.baseline:
-        (tmp / "baseline").mkdir(exist_ok=True)
-        baseline = Stack(tmp / "baseline", ("piper",), checkout=args.baseline).start()
     piper_port = free_port()
     piper = subprocess.Popen([sys.executable, "-m", "piper.http_server", "-m", str(model),
                               "--host", "127.0.0.1", "--port", str(piper_port)],
@@ -105,15 +99,12 @@ def main():
             table[("piper.http_server (whole file)", c)] = run(
                 "piper.http_server", f"http://127.0.0.1:{piper_port}/synthesize",
                 lambda t: {"text": t}, False, c, args.rounds)
-            for name, stack in (("ours", ours), ("baseline", baseline)):
-                if stack is None:
-                    continue
-                table[(f"{name}, stream=true", c)] = run(
-                    f"{name} stream=true", stack.url + "/v1/audio/speech",
-                    lambda t: {"input": t, "stream": True}, True, c, args.rounds)
-                table[(f"{name}, whole file", c)] = run(
-                    f"{name} whole file", stack.url + "/v1/audio/speech",
-                    lambda t: {"input": t}, False, c, args.rounds)
+            table[("ours, stream=true", c)] = run(
+                "ours stream=true", ours.url + "/v1/audio/speech",
+                lambda t: {"input": t, "stream": True}, True, c, args.rounds)
+            table[("ours, whole file", c)] = run(
+                "ours whole file", ours.url + "/v1/audio/speech",
+                lambda t: {"input": t}, False, c, args.rounds)
         print("\n| server | c | input | time to first audio | audio-s/s |")
         print("|---|---|---|---|---|")
         for (name, c), res in table.items():
@@ -127,19 +118,9 @@ def main():
         for label in INPUTS:
             print(f"  {label}: TTFA c=1 x{ours1[label][0]/base1[label][0]:.2f}, "
                   f"c=8 x{ours8[label][0]/base[label][0]:.2f}; throughput c=8 x{ours8[label][1]/base[label][1]:.2f}")
-        if baseline is not None:
-            print("\nratios (ours / baseline checkout), same mode:")
-            for mode in ("stream=true", "whole file"):
-                for c in (1, 8):
-                    mine, theirs = table[(f"ours, {mode}", c)], table[(f"baseline, {mode}", c)]
-                    for label in INPUTS:
-                        print(f"  {mode} c={c} {label}: TTFA x{mine[label][0]/theirs[label][0]:.2f}, "
-                              f"throughput x{mine[label][1]/theirs[label][1]:.2f}")
     finally:
         piper.terminate()
         ours.stop()
-        if baseline is not None:
-            baseline.stop()
 
 
 if __name__ == "__main__":

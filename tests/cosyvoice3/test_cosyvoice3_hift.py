@@ -8,11 +8,7 @@ inference, and numeric parity with vLLM-Omni's independent implementation.
 from __future__ import annotations
 
 import copy
-import importlib
-import importlib.util
 import math
-import sys
-import types
 import warnings
 
 import pytest
@@ -243,26 +239,12 @@ def test_stream_equals_whole_utterance():
 
 @pytest.fixture(scope="module")
 def vllm_omni_hifigan():
-    """vllm_omni's cosyvoice3 hifigan module, imported without vllm_omni/__init__.py (which
-    needs another vLLM) and model_executor/models/__init__.py (its model registry): those
-    packages are stood in for by empty modules with the real __path__, so their own files
-    (hifigan.py, common/snake_activation.py) import normally. Removed again afterwards."""
-    spec = importlib.util.find_spec("vllm_omni")
-    assert spec is not None and spec.submodule_search_locations, "vllm_omni is not installed"
-    root = spec.submodule_search_locations[0]
-    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "vllm_omni"}
-    for name, sub in (("vllm_omni", ""), ("vllm_omni.model_executor", "/model_executor"),
-                      ("vllm_omni.model_executor.models", "/model_executor/models")):
-        package = types.ModuleType(name)
-        package.__path__ = [root + sub]
-        sys.modules[name] = package
-    try:
-        yield importlib.import_module(
-            "vllm_omni.model_executor.models.cosyvoice3.code2wav_core.hifigan")
-    finally:
-        for name in [k for k in sys.modules if k.split(".")[0] == "vllm_omni"]:
-            del sys.modules[name]
-        sys.modules.update(saved)
+    """vllm_omni's cosyvoice3 hifigan module (hifigan.py, common/snake_activation.py load
+    for real; tritontts.testing.references.vllm_omni_module)."""
+    from tritontts.testing.references import vllm_omni_module
+
+    with vllm_omni_module("vllm_omni.model_executor.models.cosyvoice3.code2wav_core.hifigan") as hifigan:
+        yield hifigan
 
 
 class _Float64F0(nn.Module):

@@ -29,3 +29,40 @@ def s3tokenizer_utils():
     with placeholder_modules("torchaudio"):
         import s3tokenizer.utils as utils
     return utils
+
+
+@contextmanager
+def vllm_omni_module(name: str, stand_ins: dict[str, dict] | None = None):
+    """Import one vLLM-Omni 0.30 module without vllm_omni/__init__.py (which patches another
+    vLLM version) or its model registry: those packages become empty modules with the real
+    __path__, so the module's own files import normally. `stand_ins` maps module names the
+    file imports but whose code cannot load here (torchaudio beside this torch) to their
+    attributes. Everything is removed from sys.modules afterwards."""
+    import importlib
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm_omni")
+    assert spec is not None and spec.submodule_search_locations, \
+        "vllm_omni reference missing: run scripts/setup.sh"
+    root = spec.submodule_search_locations[0]
+    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "vllm_omni"}
+    added = []
+    for package, sub in (("vllm_omni", ""), ("vllm_omni.model_executor", "/model_executor"),
+                         ("vllm_omni.model_executor.models", "/model_executor/models")):
+        module = types.ModuleType(package)
+        module.__path__ = [root + sub]
+        sys.modules[package] = module
+    for stand_in, attrs in (stand_ins or {}).items():
+        if stand_in not in sys.modules:
+            module = types.ModuleType(stand_in)
+            module.__dict__.update(attrs)
+            sys.modules[stand_in] = module
+            added.append(stand_in)
+    try:
+        yield importlib.import_module(name)
+    finally:
+        for key in [k for k in sys.modules if k.split(".")[0] == "vllm_omni"]:
+            del sys.modules[key]
+        sys.modules.update(saved)
+        for stand_in in added:
+            sys.modules.pop(stand_in, None)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from ..families import DEFAULT_FAMILY
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -44,7 +46,7 @@ def engine_processes() -> set[int]:
 class Stack:
     """`python -m frontend` serving `families`, on free ports."""
 
-    def __init__(self, tmp: Path, families: tuple[str, ...] = ("piper",),
+    def __init__(self, tmp: Path, families: tuple[str, ...] = (DEFAULT_FAMILY,),
                  checkpoints: dict[str, Path] | None = None, caches: Path | None = None,
                  extra_args: tuple[str, ...] = (), checkout: Path = REPO):
         # `checkout`: another checkout of this repository (with its own .venv), e.g. a
