@@ -66,3 +66,57 @@ def vllm_omni_module(name: str, stand_ins: dict[str, dict] | None = None):
         sys.modules.update(saved)
         for stand_in in added:
             sys.modules.pop(stand_in, None)
+
+
+def _librosa_mel(sr, n_fft, n_mels=128, fmin=0.0, fmax=None, **_):
+    """librosa.filters.mel (Slaney scale and norm) from transformers' audio_utils, for
+    reference code that imports librosa (not installed here)."""
+    import numpy as np
+    from transformers.audio_utils import mel_filter_bank
+
+    return mel_filter_bank(n_fft // 2 + 1, n_mels, fmin, sr / 2 if fmax is None else fmax, sr,
+                           norm="slaney", mel_scale="slaney").T.astype(np.float32)
+
+
+@contextmanager
+def qwen_tts_module(name: str):
+    """Import one module of qwen-tts-compat 0.1.1.post1 (the Qwen3-TTS reference; setup
+    unpacks it into .venv/reference) without its package __init__ (which loads the inference
+    wrappers: sox, librosa, hub downloads). Stood in for while importing: the qwen_tts and
+    qwen_tts.inference packages (empty, real __path__), qwen_tts.inference.qwen3_tts_tokenizer
+    (only named at import time by the talker module), librosa.filters.mel (computed with
+    transformers), sox and torchaudio (unused by the model code). Removed afterwards."""
+    import importlib
+    import importlib.util
+
+    import transformers.audio_utils  # noqa: F401 - before any torchaudio stand-in exists
+
+    spec = importlib.util.find_spec("qwen_tts")
+    assert spec is not None and spec.submodule_search_locations, \
+        "qwen_tts reference missing: run scripts/setup.sh"
+    root = spec.submodule_search_locations[0]
+    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "qwen_tts"}
+    stand_ins = {
+        "librosa": {}, "librosa.filters": {"mel": _librosa_mel}, "sox": {},
+        "qwen_tts.inference.qwen3_tts_tokenizer": {"Qwen3TTSTokenizer": type("Qwen3TTSTokenizer", (), {})},
+    }
+    added = []
+    for package, sub in (("qwen_tts", ""), ("qwen_tts.inference", "/inference")):
+        module = types.ModuleType(package)
+        module.__path__ = [root + sub]
+        sys.modules[package] = module
+    for stand_in, attrs in stand_ins.items():
+        if stand_in not in sys.modules:
+            module = types.ModuleType(stand_in)
+            module.__dict__.update(attrs)
+            sys.modules[stand_in] = module
+            added.append(stand_in)
+    sys.modules["librosa"].filters = sys.modules["librosa.filters"]
+    try:
+        yield importlib.import_module(name)
+    finally:
+        for key in [k for k in sys.modules if k.split(".")[0] == "qwen_tts"]:
+            del sys.modules[key]
+        sys.modules.update(saved)
+        for stand_in in added:
+            sys.modules.pop(stand_in, None)
