@@ -105,6 +105,27 @@ def reject_unknown(params: dict[str, Any], known: set[str] | frozenset[str], fam
             f"unknown parameter(s) {sorted(unknown)} for {family}; known: {sorted(known)}")
 
 
+# Largest uploaded audio a request may carry (decoded), e.g. a voice-cloning reference.
+MAX_AUDIO_PARAM_BYTES = 16 * 1024 * 1024
+
+
+def audio_param(value: Any, name: str = "ref_audio") -> bytes:
+    """An audio file sent inside the JSON params: base64, or a browser's data: URL."""
+    import base64
+    import binascii
+
+    if not isinstance(value, str) or not value:
+        raise InvalidRequest(f"{name} must be base64-encoded audio (wav, flac, mp3, ogg) or a data: URL")
+    if value.startswith("data:"):   # data:audio/wav;base64,....
+        value = value.partition(",")[2]
+    if len(value) * 3 // 4 > MAX_AUDIO_PARAM_BYTES:
+        raise InvalidRequest(f"{name} is larger than {MAX_AUDIO_PARAM_BYTES // 2**20} MiB")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{name} must be base64-encoded audio (wav, flac, mp3, ogg)") from None
+
+
 def number_param(params: dict[str, Any], name: str, default: float | None,
                  low: float, high: float) -> float | None:
     """A numeric parameter within [low, high], or the default when absent/null."""

