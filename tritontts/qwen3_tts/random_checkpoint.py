@@ -233,7 +233,7 @@ def _speaker_encoder_state(config: dict, out: Path) -> dict[str, torch.Tensor]:
     return {SPEAKER_ENCODER_PREFIX + k: v.clone() for k, v in encoder.state_dict().items()}
 
 
-def _speech_tokenizer_state(config: dict) -> dict[str, torch.Tensor]:
+def _speech_tokenizer_state(config: dict, generator: torch.Generator) -> dict[str, torch.Tensor]:
     encoder_module, decoder_module = _module("speech_encoder"), _module("code2wav")
     encoder = encoder_module.SpeechEncoder(encoder_module.SpeechEncoderConfig(
         config["encoder_config"], config["encoder_valid_num_quantizers"],
@@ -243,6 +243,20 @@ def _speech_tokenizer_state(config: dict) -> dict[str, torch.Tensor]:
     # SpeechEncoder's state dict already carries the file's encoder.* names.
     state = {k: v.clone() for k, v in encoder.state_dict().items()}
     state.update({decoder_module.STATE_DICT_PREFIX + k: v.clone() for k, v in decoder.state_dict().items()})
+    return _live_codebooks(state, generator)
+
+
+def _live_codebooks(state: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Codebooks start as zero sums at a module's init, which makes every code decode alike
+    and every clip encode to one code: give them random entries (a codebook vector is
+    embedding sum / cluster usage), usage 1, marked initialized."""
+    for name, tensor in state.items():
+        if name.endswith(("embedding_sum", "embed_sum")):
+            state[name] = torch.randn(tensor.shape, generator=generator).to(tensor.dtype)
+        elif name.endswith("cluster_usage"):
+            state[name] = torch.ones_like(tensor)
+        elif name.endswith("initialized"):
+            state[name] = torch.ones_like(tensor)
     return state
 
 
@@ -277,7 +291,7 @@ def write_random_checkpoint(out: str | Path, kind: str = "custom_voice", seed: i
     (out / SPEECH_TOKENIZER_DIR / "preprocessor_config.json").write_text(
         json.dumps(PREPROCESSOR_CONFIG, indent=2), encoding="utf-8")
     torch.manual_seed(seed + 2)
-    _save(_speech_tokenizer_state(speech), out / SPEECH_TOKENIZER_DIR / WEIGHTS_FILE, dtype)
+    _save(_speech_tokenizer_state(speech, generator), out / SPEECH_TOKENIZER_DIR / WEIGHTS_FILE, dtype)
     return out
 
 
