@@ -34,7 +34,7 @@ def engine(tmp_path_factory):
     llm = LLM(model=str(prepare_vllm_talker(checkpoint, tmp_path_factory.mktemp("cache"))),
               skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
               enable_prefix_caching=False, max_model_len=512, max_num_seqs=8, seed=0,
-              logits_processors=[ROW_TRACKER], gpu_memory_utilization=0.05)
+              logits_processors=[ROW_TRACKER], kv_cache_memory_bytes=256 * 2**20)
     yield checkpoint, llm
 
 
