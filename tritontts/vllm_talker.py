@@ -7,10 +7,21 @@
 A family's talker subclasses VllmTalkerStage: it names the model folder vLLM loads
 (`model_path`), adds what the engine needs beyond model.json (`engine_extras`, e.g. logits
 processors) and implements `run` with `generate`.
+
+Two engine hosts, one interface (generate, abort, shutdown):
+  AsyncLLM       the engine core in a process of its own (talkers with one token stream)
+  InprocEngine   the engine core in this process, stepped by a thread of its own: talkers
+                 whose model shares per-request state with the stage (tritontts.vllm_frames)
+                 set `in_process = True`. AsyncLLM cannot host its core in-process ("Running
+                 EngineCore in asyncio without multiprocessing is not currently supported").
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import queue
+import threading
 from typing import Any, AsyncIterator, Callable
 
 from .stage import EngineStage, StageContext
@@ -23,14 +34,19 @@ class TalkerCancelled(Exception):
 
 
 class VllmTalkerStage(EngineStage):
+    in_process = False
+
     def __init__(self, context: StageContext):
         super().__init__(context)
         self.settings = context.settings("model.json")
         engine_args = dict(self.settings["engine_args"])
         # On vLLM's CPU backend gpu_memory_utilization is the share of RAM for weights + KV.
         self.max_model_len = int(engine_args["max_model_len"])
-        self.engine = self.submit(self._create(self.model_path(),
-                                               {**engine_args, **self.engine_extras()})).result()
+        args = {**engine_args, **self.engine_extras()}
+        if self.in_process:
+            self.engine = InprocEngine(self.model_path(), args, self.loop)
+        else:
+            self.engine = self.submit(self._create(self.model_path(), args)).result()
 
     def model_path(self) -> str:
         raise NotImplementedError
@@ -68,3 +84,95 @@ class VllmTalkerStage(EngineStage):
             self.engine.shutdown()
         finally:
             super().close()
+
+
+class InprocEngine:
+    """vLLM's LLMEngine with its engine core in this process, driven by one thread: requests
+    and aborts reach it through a queue, outputs go back to each request's asyncio queue on
+    the stage's loop. The same async surface as AsyncLLM (generate, abort, shutdown)."""
+
+    def __init__(self, model: str, args: dict[str, Any], loop: asyncio.AbstractEventLoop):
+        # Read by vLLM when the engine is built: the core must be an InprocClient.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        self.loop = loop
+        self.commands: queue.Queue = queue.Queue()
+        self.streams: dict[str, asyncio.Queue] = {}
+        self.ready = threading.Event()
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(model, args),
+                                       name="vllm-inproc-engine", daemon=True)
+        self.thread.start()
+        self.ready.wait()
+        if self.failure is not None:
+            raise RuntimeError(f"the in-process vLLM engine failed to start: {self.failure!r}") \
+                from self.failure
+
+    def _run(self, model: str, args: dict[str, Any]) -> None:
+        try:
+            from vllm.engine.arg_utils import EngineArgs
+            from vllm.v1.engine.llm_engine import LLMEngine
+
+            engine = LLMEngine.from_engine_args(EngineArgs(model=model, **args))
+        except BaseException as exc:  # noqa: BLE001 - reported to the constructor
+            self.failure = exc
+            self.ready.set()
+            return
+        self.ready.set()
+        while True:
+            # Block for work only when nothing is running.
+            try:
+                command = self.commands.get(block=not engine.has_unfinished_requests())
+            except queue.Empty:
+                command = None
+            while command is not None:
+                if command[0] == "stop":
+                    return
+                if command[0] == "add":
+                    _, request_id, prompt, params = command
+                    try:
+                        engine.add_request(request_id, prompt, params)
+                    except Exception as exc:  # noqa: BLE001 - the request fails, not the engine
+                        self._deliver(request_id, exc)
+                elif command[0] == "abort":
+                    engine.abort_request([command[1]])
+                try:
+                    command = self.commands.get_nowait()
+                except queue.Empty:
+                    command = None
+            if engine.has_unfinished_requests():
+                try:
+                    outputs = engine.step()
+                except Exception as exc:  # noqa: BLE001 - every waiting request learns of it
+                    logger.exception("vLLM engine step failed")
+                    for request_id in list(self.streams):
+                        self._deliver(request_id, exc)
+                    continue
+                for output in outputs:
+                    self._deliver(output.request_id, output)
+
+    def _deliver(self, request_id: str, item) -> None:
+        stream = self.streams.get(request_id)
+        if stream is not None:
+            self.loop.call_soon_threadsafe(stream.put_nowait, item)
+
+    async def generate(self, prompt, params, request_id: str):
+        stream: asyncio.Queue = asyncio.Queue()
+        self.streams[request_id] = stream
+        self.commands.put(("add", request_id, prompt, params))
+        try:
+            while True:
+                item = await stream.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finished:
+                    return
+        finally:
+            self.streams.pop(request_id, None)
+
+    async def abort(self, request_id: str) -> None:
+        self.commands.put(("abort", request_id))
+
+    def shutdown(self) -> None:
+        self.commands.put(("stop",))
+        self.thread.join(timeout=30)

@@ -1,0 +1,51 @@
+"""Qwen3-TTS's descriptor: preset speakers with instructions (CustomVoice), voices designed
+from a description (VoiceDesign), voice cloning (Base); 24 kHz, 12.5 frames per second.
+What a request may do depends on the loaded checkpoint's kind: the stages answer 400
+naming the checkpoint kind a task needs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..family import Capabilities, Family
+from .request import parse_qwen3_tts_params
+
+
+def _open(path: Path):
+    from .checkpoint import open_checkpoint
+
+    return open_checkpoint(path)
+
+
+def _voices(path: Path | None) -> list[str]:
+    if path is None:
+        return ["default"]
+    return ["default", *_open(path).speakers]
+
+
+def _write_random_checkpoint(out: Path, seed: int = 0, size: str = "tiny",
+                             kind: str = "custom_voice") -> Path:
+    from .random_checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(out, kind=kind, seed=seed, size=size)
+
+
+FAMILY = Family(
+    name="qwen3_tts",
+    description="Qwen3-TTS 12 Hz: vLLM talker with its code predictor in every step -> Code2Wav",
+    stages=("qwen3_tts_prompt", "qwen3_tts_talker", "qwen3_tts_code2wav"),
+    parse_params=parse_qwen3_tts_params,
+    capabilities=Capabilities(sample_rate=24000, native_speed=False, reference_audio=True,
+                              instructions=True,
+                              languages=("auto", "chinese", "english", "japanese", "korean",
+                                         "german", "french", "russian", "portuguese", "spanish",
+                                         "italian")),
+    checkpoint_help="a Qwen3-TTS-12Hz-{0.6B,1.7B}-{CustomVoice,VoiceDesign,Base} directory: "
+                    "config.json, generation_config.json, model.safetensors, tokenizer files, "
+                    "speech_tokenizer/",
+    checkpoint_required=True,
+    preflight=lambda path: _open(path) and None,
+    voices=_voices,
+    write_random_checkpoint=_write_random_checkpoint,
+    # Random weights rarely sample the end code: bound the frames a test request makes.
+    example_params=lambda: {"max_new_tokens": 24},
+)

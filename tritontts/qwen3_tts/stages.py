@@ -1,0 +1,278 @@
+"""The Qwen3-TTS stages (each a tritontts.stage class named by its config.pbtxt):
+
+  qwen3_tts_prompt    Qwen3TTSPromptStage    text, voice, params -> the talker's prompt
+                                             embeddings, per-step text embeddings, and (Base)
+                                             the reference codes; speaker / reference cached
+  qwen3_tts_talker    Qwen3TTSTalkerStage    vLLM, code predictor inside each step; one
+                                             response per chunk of 16-code frames
+  qwen3_tts_code2wav  Qwen3TTSCode2WavStage  a chunk's codes (with left context) -> its audio
+
+The checkpoint path comes from the launcher (`--checkpoint qwen3_tts=DIR`, passed to the
+stages as TRITONTTS_QWEN3_TTS_CHECKPOINT); tests hand a checkpoint in directly.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from typing import Any, AsyncIterator
+
+import numpy as np
+import torch
+
+from ..audio import decode_audio, resample
+from ..stage import (AUDIO, IS_FINAL, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest, Stage,
+                     StageContext, begin_request)
+from ..vllm_talker import VllmTalkerStage
+from .checkpoint import Qwen3TTSCheckpoint, open_checkpoint
+from .family import FAMILY
+from .prompt import TextTokenizer, base_prompt, custom_voice_prompt, voice_design_prompt
+from .request import Qwen3TTSParams, check_task, parse_qwen3_tts_params
+from .talker import CONTROL_TAIL, load_talker
+
+SAMPLE_RATE_HZ = 24000
+CODE_GROUPS = 16
+MIN_REF_SECONDS, MAX_REF_SECONDS = 1.0, 30.0
+
+
+def served_checkpoint() -> Qwen3TTSCheckpoint:
+    return open_checkpoint(FAMILY.checkpoint())
+
+
+class _ReferenceCache:
+    """Speaker embeddings and reference codes by content (a voice is cloned many times)."""
+
+    def __init__(self, size: int = 64):
+        self.size, self.items, self.lock = size, OrderedDict(), threading.Lock()
+
+    def get(self, key: str, make):
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+        value = make()
+        with self.lock:
+            self.items[key] = value
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+        return value
+
+
+class Qwen3TTSPromptStage(Stage):
+    def __init__(self, context: StageContext, checkpoint: Qwen3TTSCheckpoint | None = None):
+        super().__init__(context)
+        torch.set_num_threads(context.int_parameter("torch_threads", 1))
+        self.checkpoint = checkpoint or served_checkpoint()
+        self.tokenizer = TextTokenizer(self.checkpoint)
+        # The prompt needs the talker's text and codec tables (the backbone comes along).
+        self.talker = load_talker(self.checkpoint)
+        self.speaker_encoder = self.speech_encoder = None
+        if self.checkpoint.kind == "base":
+            from .speaker_encoder import load_speaker_encoder
+            from .speech_encoder import load_speech_encoder
+
+            self.speaker_encoder = load_speaker_encoder(self.checkpoint.root)
+            self.speech_encoder = load_speech_encoder(self.checkpoint.root)
+        self.references = _ReferenceCache()
+
+    @torch.no_grad()
+    def run(self, inputs: Inputs) -> dict[str, Any]:
+        start = begin_request(inputs, parse_qwen3_tts_params)
+        prompt, ref_codes = self.prompt(start.text, start.voice, start.params)
+        max_frames = start.params.max_new_tokens or self.checkpoint.generation.max_new_tokens
+        return {
+            "prompt_embeds": prompt.embeds.float().numpy(),
+            "step_embeds": _at_least_one_row(prompt.trailing_text.float().numpy()),
+            "step_count": prompt.trailing_text.shape[0],
+            "pad_embed": self.talker.tts_embeds()[2].float().numpy(),
+            "ref_codes": _at_least_one_row(ref_codes),
+            "ref_frames": ref_codes.shape[0],
+            "max_frames": max_frames,
+            "first_chunk_frames": start.params.initial_codec_chunk_frames or 0,
+            "seed": start.seed,
+            STREAM_ID: start.stream_id,
+        }
+
+    @torch.no_grad()
+    def prompt(self, text: str, voice: str, params: Qwen3TTSParams):
+        """(TalkerPrompt, reference codes [R, 16] int32: empty unless in-context cloning)."""
+        ckpt = self.checkpoint
+        task = check_task(params, ckpt.kind, languages=ckpt.languages,
+                          speaker_embedding_dim=ckpt.config.speaker_embedding_dim,
+                          model_size=ckpt.config.model_size)
+        ids = self.tokenizer.assistant_ids(text)
+        no_codes = np.zeros((0, CODE_GROUPS), np.int32)
+        if task == "CustomVoice":
+            speaker = self.speaker(voice)
+            instruct = self.tokenizer.instruct_ids(params.instructions) if params.instructions else None
+            return custom_voice_prompt(self.talker, ids, speaker, params.language, instruct), no_codes
+        self.require_default_voice(voice, task)
+        if task == "VoiceDesign":
+            return voice_design_prompt(self.talker, ids, self.tokenizer.instruct_ids(params.instructions),
+                                       params.language), no_codes
+        if params.speaker_embedding is not None:
+            embedding = torch.tensor(params.speaker_embedding, dtype=torch.float32)
+            return base_prompt(self.talker, ids, embedding, params.language), no_codes
+        audio = self.reference_audio(params.ref_audio)
+        key = hashlib.sha256(audio.tobytes()).hexdigest()
+        embedding = self.references.get("x" + key, lambda: self.speaker_encoder.embed(audio))
+        if params.x_vector_only_mode:
+            return base_prompt(self.talker, ids, embedding, params.language), no_codes
+        codes = self.references.get("c" + key, lambda: self.speech_encoder.encode(audio))
+        prompt = base_prompt(self.talker, ids, embedding, params.language,
+                             ref_ids=self.tokenizer.ref_ids(params.ref_text), ref_codes=codes)
+        return prompt, codes.numpy().astype(np.int32)
+
+    def speaker(self, voice: str) -> str:
+        speakers = self.checkpoint.speakers
+        if voice in ("", "default"):
+            return speakers[0]
+        match = [s for s in speakers if s.lower() == voice.lower()]
+        if not match:
+            raise InvalidRequest(f"unknown voice {voice!r}; this checkpoint's speakers: "
+                                 f"{', '.join(speakers)} (or default)")
+        return match[0]
+
+    @staticmethod
+    def require_default_voice(voice: str, task: str) -> None:
+        if voice not in ("", "default"):
+            how = "describe it in instructions" if task == "VoiceDesign" else "send ref_audio"
+            raise InvalidRequest(f"unknown voice {voice!r}: {task} has no preset speakers "
+                                 f"({how}); use voice 'default'")
+
+    @staticmethod
+    def reference_audio(data: bytes) -> np.ndarray:
+        audio, rate = decode_audio(data, "ref_audio")
+        seconds = audio.size / rate
+        if not MIN_REF_SECONDS <= seconds <= MAX_REF_SECONDS:
+            raise InvalidRequest(f"ref_audio is {seconds:.1f} s; it must be between "
+                                 f"{MIN_REF_SECONDS:g} and {MAX_REF_SECONDS:g} s")
+        audio = resample(audio, rate, SAMPLE_RATE_HZ).astype(np.float32)
+        if float(np.abs(audio).max(initial=0.0)) < 1e-4:
+            raise InvalidRequest("ref_audio is silent")
+        return audio
+
+
+def _at_least_one_row(array: np.ndarray) -> np.ndarray:
+    """Triton tensors here are never empty: a zero-row array travels as one zero row (the
+    count travels beside it)."""
+    return array if array.shape[0] else np.zeros((1,) + array.shape[1:], array.dtype)
+
+
+class Qwen3TTSTalkerStage(VllmTalkerStage):
+    """Frames from the vLLM talker, sent as chunks of codes with the left context the codec
+    stage needs to decode them exactly (reference codes first, when cloning in context)."""
+
+    in_process = True   # the model and this stage share FrameStreams
+
+    def __init__(self, context: StageContext, checkpoint: Qwen3TTSCheckpoint | None = None):
+        from .vllm_model import prepare_vllm_talker, register
+
+        self.checkpoint = checkpoint or served_checkpoint()
+        self.talker_dir = prepare_vllm_talker(self.checkpoint)
+        register()
+        super().__init__(context)
+        chunks = self.settings["chunks"]
+        self.chunk_frames = int(chunks["frames"])
+        self.first_chunk_frames = int(chunks["first_frames"])
+        self.left_context_frames = int(chunks["left_context_frames"])
+        t = self.checkpoint.config.talker
+        self.eos = t.codec_eos_token_id
+        self.allowed_ids = list(range(t.vocab_size - CONTROL_TAIL)) + [self.eos]
+        self.placeholder_id = t.codec_pad_id   # never sampled, never embedded
+
+    def model_path(self) -> str:
+        return str(self.talker_dir)
+
+    def engine_extras(self) -> dict[str, Any]:
+        from ..vllm_frames import ROW_TRACKER
+
+        return {"skip_tokenizer_init": True, "logits_processors": [ROW_TRACKER]}
+
+    async def run(self, inputs: Inputs) -> AsyncIterator[dict[str, Any]]:
+        from vllm import SamplingParams
+
+        from ..vllm_frames import FRAMES_ARG, FrameStream, register, release
+
+        stream_id, seed = int(inputs.scalar(STREAM_ID)), int(inputs.scalar("seed"))
+        prompt = torch.from_numpy(np.array(inputs["prompt_embeds"], np.float32))
+        steps = torch.from_numpy(np.array(inputs["step_embeds"], np.float32))[:int(inputs.scalar("step_count"))]
+        ref = np.array(inputs["ref_codes"], np.int32)[:int(inputs.scalar("ref_frames"))]
+        max_frames = int(inputs.scalar("max_frames"))
+        if prompt.shape[0] + max_frames + 1 > self.max_model_len:
+            max_frames = self.max_model_len - prompt.shape[0] - 1
+            if max_frames < 2:
+                raise InvalidRequest(f"the prompt needs {prompt.shape[0]} of the talker's "
+                                     f"{self.max_model_len} positions: shorten the text or reference")
+        g = self.checkpoint.generation
+        key = f"{stream_id}"
+        register(key, FrameStream(
+            prompt, steps, torch.from_numpy(np.array(inputs["pad_embed"], np.float32)),
+            torch.Generator().manual_seed(seed),
+            {"do_sample": g.subtalker_dosample, "temperature": g.subtalker_temperature,
+             "top_k": g.subtalker_top_k, "top_p": g.subtalker_top_p}))
+        params = SamplingParams(
+            temperature=g.temperature if g.do_sample else 0.0, top_k=g.top_k if g.do_sample else 0,
+            top_p=g.top_p, repetition_penalty=g.repetition_penalty, seed=seed,
+            max_tokens=max_frames + 1, min_tokens=2, stop_token_ids=[self.eos],
+            allowed_token_ids=self.allowed_ids, detokenize=False, extra_args={FRAMES_ARG: key})
+        first = int(inputs.scalar("first_chunk_frames")) or self.first_chunk_frames
+        try:
+            sent, bound = 0, first
+            frames = []
+            async for _ in self.generate([self.placeholder_id] * prompt.shape[0], params, key,
+                                         inputs.cancelled):
+                frames = self._frames(key)
+                while len(frames) >= bound:
+                    yield self.chunk(ref, frames, sent, bound, final=False)
+                    sent, bound = bound, bound + self.chunk_frames
+            frames = self._frames(key)[:max_frames]
+            if not frames:
+                raise RuntimeError("the talker produced no frame")
+            if sent < len(frames):
+                yield self.chunk(ref, frames, sent, len(frames), final=True)
+            else:    # the stream ended exactly on a chunk boundary: close it with no audio
+                yield self.chunk(ref, frames, len(frames), len(frames), final=True)
+        finally:
+            release(key)
+
+    @staticmethod
+    def _frames(key: str) -> list:
+        from ..vllm_frames import STREAMS
+
+        return list(STREAMS[key].frames)
+
+    def chunk(self, ref: np.ndarray, frames: list, start: int, end: int, final: bool) -> dict[str, Any]:
+        """Frames [start, end) with up to left_context_frames earlier codes (reference first)."""
+        codes = np.concatenate([ref, torch.stack(frames[:end]).numpy().astype(np.int32)]) if frames else ref
+        begin, stop = ref.shape[0] + start, ref.shape[0] + end
+        window_start = max(0, begin - self.left_context_frames)
+        window = codes[window_start:stop]
+        if window.shape[0] == 0:
+            window = np.zeros((1, CODE_GROUPS), np.int32)   # nothing to decode (see stage)
+            context = 1
+        else:
+            context = begin - window_start
+        return {"codes": window, "left_context": context, IS_FINAL: final}
+
+
+class Qwen3TTSCode2WavStage(Stage):
+    """A chunk's codes -> its 24 kHz audio, stateless: the left context frames make it equal
+    to decoding the whole utterance (tritontts.qwen3_tts.code2wav.decode_chunk)."""
+
+    def __init__(self, context: StageContext, checkpoint: Qwen3TTSCheckpoint | None = None):
+        from .code2wav import load_code2wav
+
+        super().__init__(context)
+        torch.set_num_threads(context.int_parameter("torch_threads", 1))
+        checkpoint = checkpoint or served_checkpoint()
+        self.codec = load_code2wav(checkpoint.path("speech_tokenizer"))
+
+    @torch.no_grad()
+    def run(self, inputs: Inputs) -> dict[str, Any]:
+        from .code2wav import decode_chunk
+
+        codes = torch.from_numpy(np.array(inputs["codes"], np.int64)).T[None]
+        context = int(inputs.scalar("left_context"))
+        audio = decode_chunk(self.codec, codes, context)[0]
+        return {AUDIO: audio.float().numpy(), SAMPLE_RATE: SAMPLE_RATE_HZ}
