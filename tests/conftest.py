@@ -2,9 +2,11 @@
 test module, loading only the families that module needs; random checkpoints in each
 family's real layout; Whisper for intelligibility.
 
-A module that talks to a server declares the families it needs:
+A module that talks to a server declares the families it needs, and optionally options
+for their random checkpoints (e.g. a checkpoint kind):
 
     STACK_FAMILIES = ("piper",)
+    STACK_CHECKPOINT_OPTIONS = {"qwen3_tts": {"kind": "base"}}
 
 Modules that need the same families share one live stack (tests run in file order, and
 the contract suite's per-family parameters are grouped), so a server starts only when the
@@ -22,21 +24,26 @@ from tritontts.testing.stack import StackPool
 
 
 class RandomCheckpoints:
-    """Each family's tiny random checkpoint, written on first use."""
+    """Each family's tiny random checkpoint (per option set), written on first use."""
 
     def __init__(self, tmp_factory):
         self.tmp_factory, self.paths = tmp_factory, {}
 
-    def __getitem__(self, family: str) -> Path:
-        if family not in self.paths:
+    def get(self, family: str, **options) -> Path:
+        key = (family, tuple(sorted(options.items())))
+        if key not in self.paths:
             writer = FAMILIES[family].write_random_checkpoint
             if writer is None:
                 raise KeyError(f"{family} needs no checkpoint")
-            self.paths[family] = writer(self.tmp_factory.mktemp(f"{family}-random"))
-        return self.paths[family]
+            self.paths[key] = writer(self.tmp_factory.mktemp(f"{family}-random"), **options)
+        return self.paths[key]
 
-    def for_families(self, families) -> dict[str, Path]:
-        return {f: self[f] for f in families if FAMILIES[f].write_random_checkpoint}
+    def __getitem__(self, family: str) -> Path:
+        return self.get(family)
+
+    def for_families(self, families, options: dict | None = None) -> dict[str, Path]:
+        return {f: self.get(f, **(options or {}).get(f, {}))
+                for f in families if FAMILIES[f].write_random_checkpoint}
 
 
 @pytest.fixture(scope="session")
@@ -61,8 +68,11 @@ class _Pool(StackPool):
         super().__init__(tmp_factory, caches, {})
         self.random = checkpoints
 
-    def get(self, families):
-        self.checkpoints = self.random.for_families(families)
+    def get(self, families, options: dict | None = None):
+        checkpoints = self.random.for_families(families, options)
+        if self.live is not None and self.live.checkpoints != checkpoints:
+            self.close()             # same families, other checkpoints: a new server
+        self.checkpoints = checkpoints
         return super().get(families)
 
 
@@ -77,7 +87,7 @@ def stacks(tmp_path_factory, caches, random_checkpoints):
 def stack(request, stacks):
     families = getattr(request.module, "STACK_FAMILIES", None)
     assert families, f"{request.module.__name__} needs STACK_FAMILIES = (...)"
-    return stacks.get(tuple(families))
+    return stacks.get(tuple(families), getattr(request.module, "STACK_CHECKPOINT_OPTIONS", None))
 
 
 @pytest.fixture(scope="module")
