@@ -46,6 +46,9 @@ class Family:
     # request fields (beyond input/voice) that a request to it needs.
     write_random_checkpoint: Callable[..., Path] | None = None
     example_params: Callable[[], dict[str, Any]] = field(default=dict)
+    # Checkpoint variants the contract suite also runs (e.g. Qwen3-TTS's kinds): name ->
+    # (options for write_random_checkpoint, extra request fields that variant needs).
+    variants: dict[str, tuple[dict[str, Any], Callable[[], dict[str, Any]]]] = field(default_factory=dict)
 
     @property
     def checkpoint_env(self) -> str:

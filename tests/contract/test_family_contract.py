@@ -23,19 +23,33 @@ from tritontts.testing.grpc import stream_model
 TEXT = "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background."
 
 
-@pytest.fixture(scope="module", params=list(FAMILIES))
-def family(request):
-    return FAMILIES[request.param]
+# Every family on its default checkpoint, and every checkpoint variant it declares.
+CASES = [(name, None) for name in FAMILIES] + [
+    (name, variant) for name, family in FAMILIES.items() for variant in family.variants]
+
+
+@pytest.fixture(scope="module", params=CASES,
+                ids=[name if variant is None else f"{name}-{variant}" for name, variant in CASES])
+def case(request):
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def served(family, stacks):
-    return stacks.get((family.name,))
+def family(case):
+    return FAMILIES[case[0]]
 
 
 @pytest.fixture(scope="module")
-def example(family) -> dict:
-    return family.example_params()
+def served(case, family, stacks):
+    variant = case[1]
+    options = None if variant is None else {family.name: family.variants[variant][0]}
+    return stacks.get((family.name,), options)
+
+
+@pytest.fixture(scope="module")
+def example(case, family) -> dict:
+    variant = case[1]
+    return family.example_params() if variant is None else family.variants[variant][1]()
 
 
 def speech(served, family, example, **fields) -> httpx.Response:

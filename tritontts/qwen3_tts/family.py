@@ -48,4 +48,25 @@ FAMILY = Family(
     write_random_checkpoint=_write_random_checkpoint,
     # Random weights rarely sample the end code: bound the frames a test request makes.
     example_params=lambda: {"max_new_tokens": 24},
+    variants={
+        "voice_design": ({"kind": "voice_design"},
+                         lambda: {"max_new_tokens": 24, "instructions": "A calm, low voice."}),
+        "base": ({"kind": "base"}, lambda: {"max_new_tokens": 24, **_reference_params()}),
+    },
 )
+
+
+def _reference_params() -> dict:
+    """A 3 s synthetic reference recording and its transcript (Base cloning)."""
+    import base64
+    import io
+
+    import numpy as np
+    import soundfile as sf
+
+    t = np.arange(3 * 24000) / 24000
+    audio = (0.3 * np.sin(2 * np.pi * 150 * t) * (1 + np.sin(2 * np.pi * 2 * t))).astype(np.float32)
+    buf = io.BytesIO()
+    sf.write(buf, audio, 24000, format="WAV")
+    return {"ref_audio": base64.b64encode(buf.getvalue()).decode(),
+            "ref_text": "This is the reference voice."}
