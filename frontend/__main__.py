@@ -3,6 +3,8 @@
   python -m frontend                        # tritonserver (default family) + front on :8091
   python -m frontend --families A,B --checkpoint B=/models/B --port 8091
   python -m frontend --triton-url host:8001 # front only, for a tritonserver run elsewhere
+  python -m frontend --families qwen3_tts --checkpoint qwen3_tts=/m/CustomVoice \
+      --checkpoint qwen3_tts-base=/m/Base    # two checkpoints: models qwen3_tts, qwen3_tts-base
 
 Each family reads its checkpoint from `--checkpoint FAMILY=PATH` or, failing that, from its
 environment variable (listed below); the launcher checks it before tritonserver starts.
@@ -20,20 +22,22 @@ from pathlib import Path
 import uvicorn
 
 from tritontts.checkpoint import CheckpointError
-from tritontts.families import DEFAULT_FAMILY, FAMILIES
+from tritontts.families import DEFAULT_FAMILY, FAMILIES, family_of
 
 from .app import create_app
 
 
 def family_path(value: str) -> tuple[str, str]:
-    """FAMILY=PATH of --checkpoint (argparse turns the error into exit code 2)."""
+    """FAMILY=PATH or FAMILY-SUFFIX=PATH of --checkpoint (argparse turns the error into
+    exit code 2). FAMILY-SUFFIX serves another checkpoint of FAMILY as model FAMILY-SUFFIX."""
     name, sep, path = value.partition("=")
     if not sep or not path:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not FAMILY=PATH; families: {', '.join(FAMILIES)}")
-    if name not in FAMILIES:
+    if family_of(name) is None:
         raise argparse.ArgumentTypeError(
-            f"unknown family {name!r} in {value!r}; families: {', '.join(FAMILIES)}")
+            f"unknown family {name!r} in {value!r}; families: {', '.join(FAMILIES)} "
+            "(another checkpoint of one: FAMILY-NAME=PATH, NAME of letters, digits, _)")
     return name, path
 
 
@@ -103,6 +107,28 @@ def checkpoint_env(families: list[str], given: dict[str, str],
     return env
 
 
+def instance_repositories(instances: dict[str, str]) -> tuple[Path, ...]:
+    """A model repository (a fresh temporary folder) with each extra checkpoint's renamed
+    stages and ensemble; each checkpoint checked first, naming the file."""
+    if not instances:
+        return ()
+    import tempfile
+
+    from tritontts.repository import write_instance
+
+    out = Path(tempfile.mkdtemp(prefix="tritontts-models-"))
+    for name, path in instances.items():
+        family = family_of(name)
+        resolved = Path(path).expanduser().resolve()
+        if family.preflight is not None:
+            try:
+                family.preflight(resolved)
+            except CheckpointError as exc:
+                raise LaunchError(f"{name} checkpoint: {exc}") from None
+        write_instance(name, family, resolved, out)
+    return (out,)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -114,9 +140,12 @@ def main(argv=None) -> int:
     except LaunchError as exc:
         print(exc, file=sys.stderr)
         return 2
-    ignored = sorted(set(given) - set(families))
+    # Other checkpoints of a family are served beside its default one, as FAMILY-SUFFIX.
+    instances = {name: path for name, path in given.items() if name not in FAMILIES}
+    ignored = sorted(set(given) - set(families) - set(instances))
     if ignored:
         print(f"--checkpoint for {', '.join(ignored)} ignored: not in --families", file=sys.stderr)
+    models = families + sorted(instances)
 
     # SIGTERM (also re-raised by uvicorn after its graceful shutdown) is a normal stop:
     # unwind through the finally below so tritonserver is stopped too.
@@ -124,20 +153,26 @@ def main(argv=None) -> int:
     triton = None
     triton_url = args.triton_url
     if triton_url is None:
-        from tritontts.tritonserver import TritonServer
+        from tritontts.tritonserver import MODEL_REPOSITORIES, TritonServer
 
-        triton = TritonServer(families, args.http_port, args.grpc_port, args.metrics_port,
-                              env=env, log_path=Path(args.triton_log) if args.triton_log else None)
+        try:
+            repositories = instance_repositories(instances)
+        except LaunchError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        triton = TritonServer(models, args.http_port, args.grpc_port, args.metrics_port,
+                              repositories=MODEL_REPOSITORIES + repositories, env=env,
+                              log_path=Path(args.triton_log) if args.triton_log else None)
     try:
         if triton is not None:
-            print(f"starting tritonserver ({', '.join(families)}) ...", flush=True)
+            print(f"starting tritonserver ({', '.join(models)}) ...", flush=True)
             triton.start().wait_ready()
             triton_url = triton.grpc_url
-        app = create_app(triton_url, families, args.max_in_flight, args.request_timeout)
+        app = create_app(triton_url, models, args.max_in_flight, args.request_timeout)
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
         server = uvicorn.Server(config)
         shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host
-        print(f"\nServing {', '.join(families)} at http://{shown}:{args.port}  (Triton gRPC {triton_url})\n"
+        print(f"\nServing {', '.join(models)} at http://{shown}:{args.port}  (Triton gRPC {triton_url})\n"
               f"  curl -X POST http://{shown}:{args.port}/v1/audio/speech "
               "-H 'Content-Type: application/json' \\\n"
               "       -d '{\"input\":\"Hello there.\",\"voice\":\"default\"}' --output out.wav\n",
@@ -148,6 +183,10 @@ def main(argv=None) -> int:
     finally:
         if triton is not None:
             triton.stop()
+            import shutil
+
+            for repository in triton.repositories[len(MODEL_REPOSITORIES):]:
+                shutil.rmtree(repository, ignore_errors=True)   # the extra checkpoints' stages
     return 0
 
 

@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from tritontts.families import FAMILIES
+from tritontts.families import family_of
 from tritontts.family import Family
 from tritontts.stage import InvalidRequest, check_text
 
@@ -109,6 +109,7 @@ class Admission:
 @dataclass(frozen=True)
 class Prepared:
     """A request that passed every check the front can make before Triton is asked."""
+    model: str          # the served model (the ensemble): a family, or another checkpoint of it
     family: Family
     text: str
     voice: str
@@ -147,7 +148,7 @@ class Synthesis:
 
     async def _run(self, client: SpeechClient, admission: Admission) -> AsyncIterator[AudioChunk]:
         p = self.prepared
-        model = p.family.name
+        model = p.model
         async with admission.slot():
             chunks = client.synthesize(model, p.text, p.voice, p.params, p.request_id)
             try:
@@ -191,7 +192,7 @@ class SpeechService:
             return SpeechError(404, f"model {req.model!r} does not exist; served models: "
                                f"{', '.join(self.families + list(OPENAI_MODEL_ALIASES))}",
                                param="model")
-        family = FAMILIES[name]
+        family = family_of(name)
         try:
             check_text(req.input)
         except InvalidRequest as exc:
@@ -205,7 +206,7 @@ class SpeechService:
             params = family.request_params(req.speed, extra)
         except InvalidRequest as exc:
             return SpeechError(400, str(exc))
-        return Prepared(family, req.input, req.voice, params, received)
+        return Prepared(name, family, req.input, req.voice, params, received)
 
     def synthesis(self, prepared: Prepared) -> Synthesis:
         return Synthesis(self.client, self.admission, prepared)
@@ -214,7 +215,7 @@ class SpeechService:
         prepared = self.prepare(req)
         if isinstance(prepared, SpeechError):
             return _counted(self.resolve_family(req.model) or "unknown", prepared.response())
-        model = prepared.family.name
+        model = prepared.model
         synthesis = self.synthesis(prepared)
         streaming = req.stream or req.stream_format == "sse"
         # Headers wait for the first chunk: until then every failure is still a clean
@@ -284,7 +285,7 @@ class AudioStreamResponse(StreamingResponse):
         finally:
             await self.body_iterator.aclose()
             await self.synthesis.aclose()
-            metrics.REQUESTS.labels(self.synthesis.prepared.family.name, self.outcome).inc()
+            metrics.REQUESTS.labels(self.synthesis.prepared.model, self.outcome).inc()
 
     def _frame(self, data: bytes) -> bytes:
         if not self.sse:

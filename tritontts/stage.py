@@ -171,6 +171,12 @@ class StageContext:
     def int_parameter(self, name: str, default: int) -> int:
         return int(self.parameters.get(name, default))
 
+    def checkpoint(self, family) -> Path | None:
+        """This model's checkpoint: its `checkpoint` parameter (another checkpoint of the
+        family, served beside the default one), else the family's default (launcher)."""
+        path = self.parameters.get("checkpoint")
+        return Path(path) if path else family.checkpoint()
+
 
 class Inputs(dict):
     """A request's input tensors by name, without the batch dimension. `cancelled()` says

@@ -87,3 +87,17 @@ def test_checkpoint_is_preflighted_and_reaches_tritonserver_absolute_under_check
     env = checkpoint_env([family.name], {family.name: "ckpt"}, {})
     absolute = tmp_path.resolve() / "ckpt"
     assert env == {family.checkpoint_env: str(absolute)} and checked == [absolute]
+
+
+@pytest.mark.parametrize("family", REQUIRING, ids=lambda f: f.name)
+def test_another_checkpoint_of_a_family_that_does_not_exist_exits_2_naming_it(family, tmp_path,
+                                                                             capsys):
+    missing = tmp_path / "nonexistent"
+    code, err = launch(["--families", "piper", "--checkpoint", f"{family.name}-second={missing}"],
+                       capsys)
+    assert code == 2 and f"{family.name}-second checkpoint" in err and str(missing) in err
+
+
+def test_a_malformed_second_model_name_exits_2(capsys):
+    code, err = launch(["--checkpoint", "qwen3_tts-=x"], capsys)
+    assert code == 2 and "FAMILY-NAME=PATH" in err

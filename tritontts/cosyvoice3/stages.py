@@ -34,8 +34,8 @@ TOKEN_MEL_RATIO = 2
 SAMPLES_PER_FRAME = 480                               # 24 kHz audio, 50 Hz mel
 
 
-def served_checkpoint() -> CosyVoice3Checkpoint:
-    return open_checkpoint(FAMILY.checkpoint())
+def served_checkpoint(context: StageContext) -> CosyVoice3Checkpoint:
+    return open_checkpoint(context.checkpoint(FAMILY))
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class CosyVoice3PromptStage(Stage):
 
     def __init__(self, context: StageContext, checkpoint: CosyVoice3Checkpoint | None = None):
         super().__init__(context)
-        checkpoint = checkpoint or served_checkpoint()
+        checkpoint = checkpoint or served_checkpoint(context)
         self.extractor = PromptExtractor(checkpoint)
         text_config = json.loads((checkpoint.text_model_dir / "config.json").read_text())
         self.vocab = TalkerVocab(speech_offset=int(text_config["vocab_size"]))
@@ -109,7 +109,7 @@ class CosyVoice3TalkerStage(VllmTalkerStage):
     tokens, mel, embedding) and stream_id pass through to the flow stage."""
 
     def __init__(self, context: StageContext, checkpoint: CosyVoice3Checkpoint | None = None):
-        checkpoint = checkpoint or served_checkpoint()
+        checkpoint = checkpoint or served_checkpoint(context)
         self.talker_dir = ensure_talker_checkpoint(checkpoint)
         self.vocab: TalkerVocab = load_talker_vocab(self.talker_dir)
         self.sampling = checkpoint.config["llm"]["sampling"]
@@ -179,7 +179,7 @@ class CosyVoice3FlowStage(Stage):
 
         super().__init__(context)
         torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        checkpoint = checkpoint or served_checkpoint()
+        checkpoint = checkpoint or served_checkpoint(context)
         self.flow = build_flow(checkpoint.config["flow"])
         load_flow_state_dict(self.flow, checkpoint.state_dict("flow.pt"))
         self.flow.eval()
@@ -216,7 +216,7 @@ class CosyVoice3HiftStage(Stage):
 
         super().__init__(context)
         torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        checkpoint = checkpoint or served_checkpoint()
+        checkpoint = checkpoint or served_checkpoint(context)
         self.hift = CausalHiFTGenerator.from_config(checkpoint.config["hift"])
         load_hift_state_dict(self.hift, checkpoint.state_dict("hift.pt"))
         self.hift.eval()

@@ -13,6 +13,7 @@ from ..stage import AUDIO, CHUNK_INDEX, SAMPLE_RATE, STREAM_ID, Inputs, Stage, S
 from .phonemize import PiperPhonemizer
 from .request import parse_piper_params, scales_for
 from .vits import PiperVits
+from .family import FAMILY
 from .voices import load_voice_table
 
 
@@ -22,7 +23,7 @@ class PiperTextStage(StreamingStage):
 
     def __init__(self, context: StageContext):
         super().__init__(context)
-        self.voices = load_voice_table()
+        self.voices = load_voice_table(context.checkpoint(FAMILY))
         self.phonemizers: dict[int, PiperPhonemizer] = {}   # voices may share one config
         for spec in self.voices.voices.values():
             self.phonemizers.setdefault(id(spec.config), PiperPhonemizer(spec.config))
@@ -42,7 +43,7 @@ class PiperVitsStage(Stage):
     def __init__(self, context: StageContext):
         super().__init__(context)
         threads = context.int_parameter("intra_op_threads", 0)
-        self.voices = load_voice_table()
+        self.voices = load_voice_table(context.checkpoint(FAMILY))
         sessions: dict = {}  # voices sharing one .onnx share one session
         self.vits = {name: sessions.setdefault(spec.model_path, PiperVits(
                          spec.model_path, spec.config.sample_rate, threads))

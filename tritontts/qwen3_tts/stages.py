@@ -35,8 +35,8 @@ CODE_GROUPS = 16
 MIN_REF_SECONDS, MAX_REF_SECONDS = 1.0, 30.0
 
 
-def served_checkpoint() -> Qwen3TTSCheckpoint:
-    return open_checkpoint(FAMILY.checkpoint())
+def served_checkpoint(context: StageContext) -> Qwen3TTSCheckpoint:
+    return open_checkpoint(context.checkpoint(FAMILY))
 
 
 class _ReferenceCache:
@@ -62,7 +62,7 @@ class Qwen3TTSPromptStage(Stage):
     def __init__(self, context: StageContext, checkpoint: Qwen3TTSCheckpoint | None = None):
         super().__init__(context)
         torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        self.checkpoint = checkpoint or served_checkpoint()
+        self.checkpoint = checkpoint or served_checkpoint(context)
         self.tokenizer = TextTokenizer(self.checkpoint)
         # The prompt needs the talker's text and codec tables (the backbone comes along).
         self.talker = load_talker(self.checkpoint)
@@ -168,7 +168,7 @@ class Qwen3TTSTalkerStage(VllmTalkerStage):
     def __init__(self, context: StageContext, checkpoint: Qwen3TTSCheckpoint | None = None):
         from .vllm_model import prepare_vllm_talker, register
 
-        self.checkpoint = checkpoint or served_checkpoint()
+        self.checkpoint = checkpoint or served_checkpoint(context)
         self.talker_dir = prepare_vllm_talker(self.checkpoint)
         register()
         super().__init__(context)
@@ -265,7 +265,7 @@ class Qwen3TTSCode2WavStage(Stage):
 
         super().__init__(context)
         torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        checkpoint = checkpoint or served_checkpoint()
+        checkpoint = checkpoint or served_checkpoint(context)
         self.codec = load_code2wav(checkpoint.path("speech_tokenizer"))
 
     @torch.no_grad()
