@@ -97,14 +97,20 @@ def checkpoint_env(families: list[str], given: dict[str, str],
                 raise LaunchError(f"--families {name} needs --checkpoint {name}=PATH "
                                   f"({family.checkpoint_help})")
             continue
-        resolved = Path(path).expanduser().resolve()
-        if family.preflight is not None:
-            try:
-                family.preflight(resolved)
-            except CheckpointError as exc:
-                raise LaunchError(f"{name} checkpoint: {exc}") from None
-        env[family.checkpoint_env] = str(resolved)
+        env[family.checkpoint_env] = str(checked(name, family, path))
     return env
+
+
+def checked(name: str, family, path: str) -> Path:
+    """The checkpoint path, resolved and opened by the family's preflight (LaunchError
+    naming the file otherwise)."""
+    resolved = Path(path).expanduser().resolve()
+    if family.preflight is not None:
+        try:
+            family.preflight(resolved)
+        except CheckpointError as exc:
+            raise LaunchError(f"{name} checkpoint: {exc}") from None
+    return resolved
 
 
 def instance_repositories(instances: dict[str, str]) -> tuple[Path, ...]:
@@ -119,13 +125,7 @@ def instance_repositories(instances: dict[str, str]) -> tuple[Path, ...]:
     out = Path(tempfile.mkdtemp(prefix="tritontts-models-"))
     for name, path in instances.items():
         family = family_of(name)
-        resolved = Path(path).expanduser().resolve()
-        if family.preflight is not None:
-            try:
-                family.preflight(resolved)
-            except CheckpointError as exc:
-                raise LaunchError(f"{name} checkpoint: {exc}") from None
-        write_instance(name, family, resolved, out)
+        write_instance(name, family, checked(name, family, path), out)
     return (out,)
 
 
