@@ -14,34 +14,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-
-def _hz_to_mel_slaney(f):
-    f = np.asanyarray(f, dtype=np.float64)
-    linear = f / (200.0 / 3)
-    log_start, log_step = 1000.0 / (200.0 / 3), np.log(6.4) / 27.0
-    return np.where(f >= 1000.0, log_start + np.log(np.maximum(f, 1e-10) / 1000.0) / log_step, linear)
-
-
-def _mel_to_hz_slaney(m):
-    m = np.asanyarray(m, dtype=np.float64)
-    log_start, log_step = 1000.0 / (200.0 / 3), np.log(6.4) / 27.0
-    return np.where(m >= log_start, 1000.0 * np.exp(log_step * (m - log_start)), m * (200.0 / 3))
-
-
-@lru_cache(maxsize=8)
-def slaney_mel_filters(sr: int, n_fft: int, n_mels: int, fmin: float = 0.0,
-                       fmax: float | None = None) -> np.ndarray:
-    """Triangular filters on the Slaney mel scale, area-normalized (librosa's default)."""
-    fmax = sr / 2 if fmax is None else fmax
-    fft_freqs = np.linspace(0, sr / 2, 1 + n_fft // 2)
-    mel_points = _mel_to_hz_slaney(np.linspace(_hz_to_mel_slaney(fmin), _hz_to_mel_slaney(fmax), n_mels + 2))
-    widths = np.diff(mel_points)
-    ramps = mel_points[:, None] - fft_freqs[None, :]
-    lower = -ramps[:-2] / widths[:-1, None]
-    upper = ramps[2:] / widths[1:, None]
-    weights = np.maximum(0, np.minimum(lower, upper))
-    weights *= (2.0 / (mel_points[2:n_mels + 2] - mel_points[:n_mels]))[:, None]
-    return weights.astype(np.float32)
+from ..mel import matcha_log_mel, slaney_mel_filters
 
 
 def whisper_log_mel(audio16k: np.ndarray, n_mels: int = 128) -> np.ndarray:
@@ -92,14 +65,7 @@ def kaldi_fbank(audio16k: np.ndarray, num_mel_bins: int = 80) -> np.ndarray:
 
 
 def prompt_mel(audio24k: np.ndarray) -> np.ndarray:
-    """[frames, 80] log-mel of the prompt at 50 Hz, as CosyVoice3's feat_extractor
-    (HiFi-GAN/Matcha style: reflect pad (n_fft-hop)/2, magnitude, Slaney mel, log clamp 1e-5)."""
-    n_fft, hop = 1920, 480
-    x = torch.from_numpy(np.ascontiguousarray(audio24k, dtype=np.float32))[None, None]
-    pad = (n_fft - hop) // 2
-    x = torch.nn.functional.pad(x, (pad, pad), mode="reflect")[0]
-    spec = torch.stft(x, n_fft, hop, n_fft, window=torch.hann_window(n_fft), center=False,
-                      return_complex=True)
-    magnitude = torch.sqrt(spec.real ** 2 + spec.imag ** 2 + 1e-9)
-    mel = torch.from_numpy(slaney_mel_filters(24000, n_fft, 80)) @ magnitude
-    return mel.clamp(min=1e-5).log()[0].T.contiguous().numpy()
+    """[frames, 80] log-mel of the prompt at 50 Hz, as CosyVoice3's feat_extractor (n_fft =
+    window 1920, hop 480, 80 Slaney mels up to 12 kHz)."""
+    audio = torch.from_numpy(np.ascontiguousarray(audio24k, dtype=np.float32))
+    return matcha_log_mel(audio, 24000, 1920, 480, 80).numpy()

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint import CheckpointError, load_strict, require_dir, require_files
-from ..cosyvoice3.features import slaney_mel_filters
+from ..mel import matcha_log_mel
 from ..stage import InvalidRequest
 
 SAMPLE_RATE = 24000
@@ -57,12 +57,7 @@ def speaker_log_mel(audio24k: np.ndarray | torch.Tensor, device: torch.device | 
         # Reflection needs more samples than it mirrors; such a clip has no speaker anyway.
         raise InvalidRequest(f"reference audio is {x.numel()} samples; at least {side + 1} "
                              f"at {SAMPLE_RATE} Hz are needed for a speaker embedding")
-    x = F.pad(x[None, None], (side, side), mode="reflect")[0]
-    spec = torch.stft(x, N_FFT, HOP, N_FFT, window=torch.hann_window(N_FFT, device=x.device),
-                      center=False, return_complex=True)
-    magnitude = torch.sqrt(spec.real ** 2 + spec.imag ** 2 + 1e-9)
-    basis = torch.from_numpy(slaney_mel_filters(SAMPLE_RATE, N_FFT, N_MELS, 0.0, FMAX)).to(x.device)
-    return (basis @ magnitude).clamp(min=1e-5).log()[0].T.contiguous()
+    return matcha_log_mel(x, SAMPLE_RATE, N_FFT, HOP, N_MELS, 0.0, FMAX)
 
 
 @dataclass(frozen=True)
