@@ -32,40 +32,53 @@ def s3tokenizer_utils():
 
 
 @contextmanager
-def vllm_omni_module(name: str, stand_ins: dict[str, dict] | None = None):
-    """Import one vLLM-Omni 0.30 module without vllm_omni/__init__.py (which patches another
-    vLLM version) or its model registry: those packages become empty modules with the real
-    __path__, so the module's own files import normally. `stand_ins` maps module names the
-    file imports but whose code cannot load here (torchaudio beside this torch) to their
-    attributes. Everything is removed from sys.modules afterwards."""
+def _package_module(package: str, subpackages: tuple[str, ...], name: str,
+                    stand_ins: dict[str, dict]):
+    """Import `name` from an unpacked reference package without running the __init__ of
+    `package` or of `subpackages` (empty modules with the real __path__ stand in for them,
+    so the files below load normally), with `stand_ins` (module name -> attributes) for
+    imports whose code cannot load here. Everything is removed from sys.modules after."""
     import importlib
     import importlib.util
 
-    spec = importlib.util.find_spec("vllm_omni")
+    spec = importlib.util.find_spec(package)
     assert spec is not None and spec.submodule_search_locations, \
-        "vllm_omni reference missing: run scripts/setup.sh"
+        f"{package} reference missing: run scripts/setup.sh"
     root = spec.submodule_search_locations[0]
-    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "vllm_omni"}
+    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] == package}
+    for sub in ("", *subpackages):
+        module = types.ModuleType(package + ("." + sub if sub else ""))
+        module.__path__ = [root + ("/" + sub.replace(".", "/") if sub else "")]
+        sys.modules[module.__name__] = module
     added = []
-    for package, sub in (("vllm_omni", ""), ("vllm_omni.model_executor", "/model_executor"),
-                         ("vllm_omni.model_executor.models", "/model_executor/models")):
-        module = types.ModuleType(package)
-        module.__path__ = [root + sub]
-        sys.modules[package] = module
-    for stand_in, attrs in (stand_ins or {}).items():
+    for stand_in, attrs in stand_ins.items():
         if stand_in not in sys.modules:
             module = types.ModuleType(stand_in)
             module.__dict__.update(attrs)
             sys.modules[stand_in] = module
             added.append(stand_in)
+    for stand_in in added:        # a stood-in submodule is also its parent's attribute
+        parent, _, child = stand_in.rpartition(".")
+        if parent in sys.modules:
+            setattr(sys.modules[parent], child, sys.modules[stand_in])
     try:
         yield importlib.import_module(name)
     finally:
-        for key in [k for k in sys.modules if k.split(".")[0] == "vllm_omni"]:
+        for key in [k for k in sys.modules if k.split(".")[0] == package]:
             del sys.modules[key]
         sys.modules.update(saved)
         for stand_in in added:
             sys.modules.pop(stand_in, None)
+
+
+@contextmanager
+def vllm_omni_module(name: str, stand_ins: dict[str, dict] | None = None):
+    """Import one vLLM-Omni 0.30 module without vllm_omni/__init__.py (which patches another
+    vLLM version) or its model registry; `stand_ins` as in _package_module (e.g. torchaudio,
+    which cannot load beside this torch)."""
+    with _package_module("vllm_omni", ("model_executor", "model_executor.models"), name,
+                         stand_ins or {}) as module:
+        yield module
 
 
 def _librosa_mel(sr, n_fft, n_mels=128, fmin=0.0, fmax=None, **_):
@@ -86,37 +99,11 @@ def qwen_tts_module(name: str):
     qwen_tts.inference packages (empty, real __path__), qwen_tts.inference.qwen3_tts_tokenizer
     (only named at import time by the talker module), librosa.filters.mel (computed with
     transformers), sox and torchaudio (unused by the model code). Removed afterwards."""
-    import importlib
-    import importlib.util
-
     import transformers.audio_utils  # noqa: F401 - before any torchaudio stand-in exists
 
-    spec = importlib.util.find_spec("qwen_tts")
-    assert spec is not None and spec.submodule_search_locations, \
-        "qwen_tts reference missing: run scripts/setup.sh"
-    root = spec.submodule_search_locations[0]
-    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "qwen_tts"}
     stand_ins = {
         "librosa": {}, "librosa.filters": {"mel": _librosa_mel}, "sox": {},
         "qwen_tts.inference.qwen3_tts_tokenizer": {"Qwen3TTSTokenizer": type("Qwen3TTSTokenizer", (), {})},
     }
-    added = []
-    for package, sub in (("qwen_tts", ""), ("qwen_tts.inference", "/inference")):
-        module = types.ModuleType(package)
-        module.__path__ = [root + sub]
-        sys.modules[package] = module
-    for stand_in, attrs in stand_ins.items():
-        if stand_in not in sys.modules:
-            module = types.ModuleType(stand_in)
-            module.__dict__.update(attrs)
-            sys.modules[stand_in] = module
-            added.append(stand_in)
-    sys.modules["librosa"].filters = sys.modules["librosa.filters"]
-    try:
-        yield importlib.import_module(name)
-    finally:
-        for key in [k for k in sys.modules if k.split(".")[0] == "qwen_tts"]:
-            del sys.modules[key]
-        sys.modules.update(saved)
-        for stand_in in added:
-            sys.modules.pop(stand_in, None)
+    with _package_module("qwen_tts", ("inference",), name, stand_ins) as module:
+        yield module
