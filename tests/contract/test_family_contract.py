@@ -150,10 +150,12 @@ def test_perf_analyzer_streams_from_the_ensemble(served, family, example, tmp_pa
         "params": {"content": [json.dumps({**example, "seed": 1})], "shape": [1]}}]}))
     out = subprocess.run([str(exe), "-m", family.name, "-u", served.grpc_url, "-i", "grpc",
                           "--streaming", "--input-data", str(data), "--concurrency-range", "1:2",
-                          # Count windows, loose stability: this checks that perf_analyzer
-                          # drives the ensemble, not this noisy CPU's stability.
+                          # Count windows and a stability bound it always meets (max/min of
+                          # the last 3 windows within 11x): this checks that perf_analyzer
+                          # drives the ensemble, not this noisy CPU's stability (a talker
+                          # family's request takes seconds here; 100% failed once under load).
                           "--measurement-mode", "count_windows", "--measurement-request-count", "3",
-                          "--stability-percentage", "100", "--max-trials", "3"],
+                          "--stability-percentage", "1000", "--max-trials", "6"],
                          capture_output=True, text=True, timeout=600)
     print(out.stdout[-2000:])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
