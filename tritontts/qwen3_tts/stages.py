@@ -66,6 +66,8 @@ class Qwen3TTSPromptStage(Stage):
         self.tokenizer = TextTokenizer(self.checkpoint)
         # The prompt needs the talker's text and codec tables (the backbone comes along).
         self.talker = load_talker(self.checkpoint)
+        with torch.no_grad():   # the same for every request
+            self.pad_embed = self.talker.tts_embeds()[2].float().numpy()
         self.speaker_encoder = self.speech_encoder = None
         if self.checkpoint.kind == "base":
             from .speaker_encoder import load_speaker_encoder
@@ -84,7 +86,7 @@ class Qwen3TTSPromptStage(Stage):
             "prompt_embeds": prompt.embeds.float().numpy(),
             "step_embeds": _at_least_one_row(prompt.trailing_text.float().numpy()),
             "step_count": prompt.trailing_text.shape[0],
-            "pad_embed": self.talker.tts_embeds()[2].float().numpy(),
+            "pad_embed": self.pad_embed,
             "ref_codes": _at_least_one_row(ref_codes),
             "ref_frames": ref_codes.shape[0],
             "max_frames": max_frames,
@@ -206,11 +208,12 @@ class Qwen3TTSTalkerStage(VllmTalkerStage):
                                      f"{self.max_model_len} positions: shorten the text or reference")
         g = self.checkpoint.generation
         key = f"{stream_id}"
-        register(key, FrameStream(
+        stream = FrameStream(
             prompt, steps, torch.from_numpy(np.array(inputs["pad_embed"], np.float32)),
             torch.Generator().manual_seed(seed),
             {"do_sample": g.subtalker_dosample, "temperature": g.subtalker_temperature,
-             "top_k": g.subtalker_top_k, "top_p": g.subtalker_top_p}))
+             "top_k": g.subtalker_top_k, "top_p": g.subtalker_top_p})
+        register(key, stream)
         params = SamplingParams(
             temperature=g.temperature if g.do_sample else 0.0, top_k=g.top_k if g.do_sample else 0,
             top_p=g.top_p, repetition_penalty=g.repetition_penalty, seed=seed,
@@ -219,14 +222,14 @@ class Qwen3TTSTalkerStage(VllmTalkerStage):
         first = int(inputs.scalar("first_chunk_frames")) or self.first_chunk_frames
         try:
             sent, bound = 0, first
-            frames = []
+            # The model appends to stream.frames as it completes them (tritontts.vllm_frames).
+            frames = stream.frames
             async for _ in self.generate([self.placeholder_id] * prompt.shape[0], params, key,
                                          inputs.cancelled):
-                frames = self._frames(key)
                 while len(frames) >= bound:
                     yield self.chunk(ref, frames, sent, bound, final=False)
                     sent, bound = bound, bound + self.chunk_frames
-            frames = self._frames(key)[:max_frames]
+            frames = frames[:max_frames]
             if not frames:
                 raise RuntimeError("the talker produced no frame")
             if sent < len(frames):
@@ -236,18 +239,16 @@ class Qwen3TTSTalkerStage(VllmTalkerStage):
         finally:
             release(key)
 
-    @staticmethod
-    def _frames(key: str) -> list:
-        from ..vllm_frames import STREAMS
-
-        return list(STREAMS[key].frames)
-
     def chunk(self, ref: np.ndarray, frames: list, start: int, end: int, final: bool) -> dict[str, Any]:
-        """Frames [start, end) with up to left_context_frames earlier codes (reference first)."""
-        codes = np.concatenate([ref, torch.stack(frames[:end]).numpy().astype(np.int32)]) if frames else ref
-        begin, stop = ref.shape[0] + start, ref.shape[0] + end
+        """Frames [start, end) with up to left_context_frames earlier codes (reference first).
+        Only the window's frames are stacked: a long stream's earlier frames are not copied."""
+        begin = ref.shape[0] + start
         window_start = max(0, begin - self.left_context_frames)
-        window = codes[window_start:stop]
+        first_frame = max(0, window_start - ref.shape[0])
+        parts = [ref[window_start:]] if window_start < ref.shape[0] else []
+        if end > first_frame:
+            parts.append(torch.stack(frames[first_frame:end]).numpy().astype(np.int32))
+        window = np.concatenate(parts) if parts else np.zeros((0, CODE_GROUPS), np.int32)
         if window.shape[0] == 0:
             window = np.zeros((1, CODE_GROUPS), np.int32)   # nothing to decode (see stage)
             context = 1
