@@ -1,47 +1,141 @@
-"""The FastAPI app: OpenAI audio API in front of Triton."""
+"""The FastAPI app: the speech API in front of Triton, one handler per endpoint."""
 from __future__ import annotations
 
+import asyncio
+import base64
+import uuid
 from contextlib import asynccontextmanager
+from pathlib import Path
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, File, Form, Request, UploadFile, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
 
 from . import metrics
-from .protocol import ModelCard, ModelList, SpeechRequest
-from .serving import SpeechService, error_response
+from .media import MediaPolicy
+from .protocol import (BatchItemResult, BatchSpeechRequest, BatchSpeechResponse, ModelCard,
+                       ModelList, SpeechRequest)
+from .serving import (Overloaded, SpeechError, SpeechService, error_response, served_models,
+                      speech_error)
 from .triton_client import SpeechClient, TritonSpeechClient
+from .voice_api import MAX_UPLOAD_BYTES, delete_voice, list_voices, upload_voice
+from .voices import VoiceStore
+from .websocket import serve_session
+
+# Largest request body: a speech request may carry a 16 MiB reference as base64, a batch
+# a few of them; anything larger is refused before it is read.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_UPLOAD_BODY_BYTES = MAX_UPLOAD_BYTES + 1024 * 1024     # the form fields around the file
+
+
+class BodyLimit:
+    """Refuses a request body over the limit before reading it (declared length), or as soon
+    as it passes it (chunked). Plain ASGI, not BaseHTTPMiddleware: that one would sit between
+    a streamed response and a vanished client."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limit = MAX_UPLOAD_BODY_BYTES if scope["path"] == "/v1/audio/voices" else MAX_BODY_BYTES
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            response = error_response(413, f"request body is {length.decode(errors='replace')} "
+                                      f"bytes; the limit is {limit}")
+            return await response(scope, receive, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise SpeechError(413, f"request body passed {limit} bytes")
+            return message
+
+        return await self.app(scope, counted, send)
+
+
+def _validation_message(errors: list[dict]) -> tuple[str, str | None]:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in errors)
+    first = [p for p in (errors[0]["loc"] if errors else ()) if p != "body"]
+    return problems, (str(first[-1]) if first else None)
 
 
 def create_app(triton_url: str, families: list[str], max_in_flight: int = 64,
-               request_timeout_s: float = 600.0, client: SpeechClient | None = None) -> FastAPI:
+               request_timeout_s: float = 600.0, client: SpeechClient | None = None, *,
+               checkpoints: dict[str, Path | None] | None = None,
+               voices_dir: Path | None = None, preload_voices: list[Path] = (),
+               max_voices: int = 1000, media: MediaPolicy | None = None) -> FastAPI:
     """`client` replaces the gRPC client to triton_url (the front's unit tests script one)."""
+    models = served_models(families, checkpoints)
+    store = VoiceStore(voices_dir, max_voices, list(preload_voices))
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # The gRPC channel belongs to the server's event loop, so it is opened here.
         speech_client = client or TritonSpeechClient(triton_url, request_timeout_s)
-        app.state.service = SpeechService(speech_client, families, max_in_flight)
+        app.state.service = SpeechService(speech_client, models, max_in_flight, store, media)
         yield
         await speech_client.close()
 
     app = FastAPI(title="tritontts", summary="OpenAI audio API on Triton", lifespan=lifespan)
 
+    app.add_middleware(BodyLimit)
+
     @app.exception_handler(RequestValidationError)
     async def bad_request(_: Request, exc: RequestValidationError):
         # OpenAI answers malformed requests with 400, not FastAPI's 422.
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in exc.errors())
-        first = exc.errors()[0]["loc"] if exc.errors() else ()
+        problems, param = _validation_message(exc.errors())
         metrics.REQUESTS.labels("unknown", "400").inc()
-        return error_response(400, problems, param=str(first[-1]) if len(first) > 1 else None)
+        return error_response(400, problems, param=param)
+
+    @app.exception_handler(SpeechError)
+    async def speech_failed(_: Request, exc: SpeechError):
+        return exc.response()
 
     @app.post("/v1/audio/speech")
     async def speech(req: SpeechRequest):
         return await app.state.service.speech(req)
 
+    @app.post("/v1/audio/speech/batch")
+    async def speech_batch(req: BatchSpeechRequest) -> BatchSpeechResponse:
+        return await run_batch(app.state.service, req)
+
+    @app.websocket("/v1/audio/speech/stream")
+    async def speech_stream(socket: WebSocket):
+        await serve_session(socket, app.state.service)
+
+    @app.get("/v1/audio/voices")
+    async def voices():
+        return list_voices(app.state.service)
+
+    @app.post("/v1/audio/voices")
+    async def add_voice(name: str = Form(...), consent: str = Form(...),
+                        audio_sample: UploadFile | None = File(None),
+                        speaker_embedding: str | None = Form(None), ref_text: str | None = Form(None),
+                        speaker_description: str | None = Form(None), model: str | None = Form(None)):
+        audio = None
+        if audio_sample is not None:
+            audio = await audio_sample.read(MAX_UPLOAD_BYTES + 1)
+        return await upload_voice(
+            app.state.service, name=name, consent=consent, audio=audio,
+            filename=audio_sample.filename if audio_sample else None,
+            content_type=audio_sample.content_type if audio_sample else None,
+            speaker_embedding=speaker_embedding, ref_text=ref_text,
+            speaker_description=speaker_description, model=model)
+
+    @app.delete("/v1/audio/voices/{name}")
+    async def remove_voice(name: str):
+        return delete_voice(app.state.service, name)
+
     @app.get("/v1/models")
-    async def models() -> ModelList:
+    async def list_models() -> ModelList:
         ready = await app.state.service.ready_families()
         return ModelList(data=[ModelCard(id=name) for name in ready])
 
@@ -59,3 +153,40 @@ def create_app(triton_url: str, families: list[str], max_in_flight: int = 64,
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+async def run_batch(service: SpeechService, req: BatchSpeechRequest) -> BatchSpeechResponse:
+    """Items run concurrently, at most as many at once as admission had free when the batch
+    came (none free: the whole batch is a 429); each item succeeds or fails on its own."""
+    free = service.admission.limit - service.admission.in_flight
+    if free <= 0:
+        raise Overloaded(service.admission.in_flight)
+    gate = asyncio.Semaphore(free)
+    defaults = req.model_dump(exclude={"items"}, exclude_none=True)   # extra fields included
+
+    async def item(index: int, fields: dict) -> BatchItemResult:
+        async with gate:
+            try:
+                try:
+                    request = SpeechRequest.model_validate({**defaults, **fields})
+                except ValidationError as exc:
+                    problems, param = _validation_message(exc.errors())
+                    raise SpeechError(400, problems, param=param) from None
+                prepared = await service.prepare(request)
+                body, encoder, synthesis = await service.whole(prepared)
+            except BaseException as exc:
+                error = speech_error(exc, f"batch item {index}")
+                metrics.REQUESTS.labels("batch", str(error.status)).inc()
+                return BatchItemResult(index=index, status="error", error=error.message,
+                                       status_code=error.status)
+        metrics.REQUESTS.labels(prepared.model, "200").inc()
+        return BatchItemResult(index=index, status="success", audio_data=base64.b64encode(body).decode(),
+                               media_type=encoder.content_type, sample_rate=encoder.sample_rate,
+                               audio_seconds=round(synthesis.audio_seconds, 3), status_code=200)
+
+    items = [i.model_dump(exclude_none=True) for i in req.items]
+    results = await asyncio.gather(*(item(k, fields) for k, fields in enumerate(items)))
+    ok = sum(r.status == "success" for r in results)
+    return BatchSpeechResponse(id=f"batch-{uuid.uuid4().hex}", results=list(results),
+                               total=len(results), succeeded=ok, failed=len(results) - ok)
+

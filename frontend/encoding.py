@@ -57,11 +57,20 @@ class _Sink(io.RawIOBase):
 
 
 class AudioEncoder:
-    """encode(chunk) -> bytes ready to send; finish() -> the trailing bytes."""
+    """encode(chunk) -> bytes ready to send; finish() -> the trailing bytes. With
+    output_rate, chunks are resampled on the way (soxr's streaming resampler, so chunk
+    borders leave no seams)."""
 
-    def __init__(self, fmt: str, sample_rate: int, streaming: bool):
+    def __init__(self, fmt: str, sample_rate: int, streaming: bool, output_rate: int | None = None):
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r}")
+        self._resample = None
+        if output_rate is not None and output_rate != sample_rate:
+            import soxr
+
+            self._resample = soxr.ResampleStream(sample_rate, output_rate, 1, dtype="float32",
+                                                 quality="HQ")
+            sample_rate = output_rate
         self.format, self.sample_rate, self.streaming = fmt, sample_rate, streaming
         self._started = False
         self._pcm: list[bytes] = []  # non-streaming wav needs the length first
@@ -91,7 +100,9 @@ class AudioEncoder:
     def content_type(self) -> str:
         return CONTENT_TYPES[self.format]
 
-    def encode(self, audio: np.ndarray) -> bytes:
+    def encode(self, audio: np.ndarray, last: bool = False) -> bytes:
+        if self._resample is not None:
+            audio = self._resample.resample_chunk(np.asarray(audio, np.float32), last=last)
         if self.format == "pcm":
             return to_pcm16(audio)
         if self.format == "wav":
@@ -101,6 +112,8 @@ class AudioEncoder:
             head = b"" if self._started else wav_header(self.sample_rate, None)
             self._started = True
             return head + to_pcm16(audio)
+        if not len(audio):
+            return b""
         frame = self._av.AudioFrame.from_ndarray(
             np.asarray(audio, dtype=np.float32).reshape(1, -1), format="flt", layout="mono")
         frame.sample_rate = self.sample_rate
@@ -112,6 +125,12 @@ class AudioEncoder:
         return self._sink.drain()
 
     def finish(self) -> bytes:
+        # What the resampler still holds (its filter delay) comes out first.
+        flushed = self.encode(np.zeros(0, np.float32), last=True) if self._resample is not None else b""
+        self._resample = None
+        return flushed + self._finish()
+
+    def _finish(self) -> bytes:
         if self.format == "pcm":
             return b""
         if self.format == "wav":

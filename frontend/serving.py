@@ -21,16 +21,22 @@ from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
+from pathlib import Path
+
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from tritontts.families import family_of
 from tritontts.family import Family
+from tritontts.repository import instance_stage
 from tritontts.stage import InvalidRequest, check_text
+from tritontts.voice import VOICE_FEATURES
 
 from . import metrics
 from .encoding import AudioEncoder
-from .protocol import SpeechRequest, error_body
+from .media import MediaError, MediaPolicy, resolve_audio
+from .protocol import FAMILY_FIELDS, SpeechRequest, error_body
 from .triton_client import AudioChunk, SpeechClient, StageRejected, TritonUnavailable
+from .voices import StoredVoice, VoiceStore
 
 logger = logging.getLogger("tritontts.frontend")
 
@@ -115,7 +121,37 @@ class Prepared:
     voice: str
     params: dict[str, Any]
     received: float  # time.perf_counter() at arrival: time to first audio counts from here
+    response_format: str = "wav"
+    sample_rate: int | None = None      # resample to this rate (None: the family's own)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A model the front serves: its family, and what the launcher knows of its checkpoint."""
+    name: str
+    family: Family
+    checkpoint: Path | None = None
+    voices: tuple[str, ...] | None = None   # built-in voices (None: unknown, the stage decides)
+
+
+def served_models(names: list[str], checkpoints: dict[str, Path | None] | None = None
+                  ) -> dict[str, ServedModel]:
+    """ServedModel per name; built-in voices read from the checkpoints the launcher knows."""
+    models = {}
+    for name in names:
+        family = family_of(name)
+        if family is None:
+            raise ValueError(f"{name!r} is no family's model")
+        path = (checkpoints or {}).get(name)
+        voices = None
+        if path is not None or not family.checkpoint_required:
+            try:
+                voices = tuple(family.voices(path))
+            except Exception as exc:   # noqa: BLE001 - the stages report a bad checkpoint
+                logger.warning("voices of %s unknown: %s", name, exc)
+        models[name] = ServedModel(name, family, path, voices)
+    return models
 
 
 class Synthesis:
@@ -166,76 +202,204 @@ class Synthesis:
                 metrics.AUDIO_SECONDS.labels(model).inc(self.audio_seconds)
 
 
-@dataclass
 class SpeechService:
-    client: SpeechClient
-    families: list[str]                 # the families this front serves
-    max_in_flight: int = 64             # above this: 429, never an unbounded queue
-    admission: Admission = field(init=False)
+    """The serving logic behind every endpoint: which model, which voice, which parameters
+    (prepare), how many at once (admission), the stored voices (voices), and the speech
+    endpoint's own HTTP encoding (speech)."""
 
-    def __post_init__(self):
-        self.admission = Admission(self.max_in_flight)
+    def __init__(self, client: SpeechClient, models: dict[str, ServedModel], max_in_flight: int = 64,
+                 voices: VoiceStore | None = None, media: MediaPolicy | None = None):
+        self.client = client
+        self.models = models
+        self.families = list(models)          # the served model names, in launch order
+        self.admission = Admission(max_in_flight)
+        self.voices = voices or VoiceStore(None)
+        self.media = media or MediaPolicy()
 
-    def resolve_family(self, model: str) -> str | None:
-        if model in OPENAI_MODEL_ALIASES:
-            return self.families[0]
-        return model if model in self.families else None
+    # --- which model ---------------------------------------------------------------------
+
+    def resolve_model(self, name: str | None) -> ServedModel:
+        if name is None or name == "":
+            if len(self.models) == 1:
+                return next(iter(self.models.values()))
+            raise SpeechError(400, f"model is required: this server serves {', '.join(self.models)}",
+                              param="model")
+        if name in self.models:
+            return self.models[name]
+        if name in OPENAI_MODEL_ALIASES:
+            return next(iter(self.models.values()))
+        for model in self._released(name):
+            return model
+        raise SpeechError(404, f"model {name!r} does not exist; served models: "
+                          f"{', '.join(self.families + list(OPENAI_MODEL_ALIASES))}", param="model")
+
+    def _released(self, name: str):
+        """Served models a released checkpoint name means: the one whose checkpoint folder
+        has that name, else the family's own model."""
+        tail = name.rsplit("/", 1)[-1].casefold()
+        families = [m.family for m in self.models.values()
+                    if any(n.casefold() in (name.casefold(), tail) or n.rsplit("/", 1)[-1].casefold() == tail
+                           for n in m.family.released_names)]
+        for family in families:
+            same_folder = [m for m in self.models.values() if m.family is family
+                           and m.checkpoint is not None and m.checkpoint.name.casefold() == tail]
+            yield from same_folder or [m for m in self.models.values() if m.name == family.name][:1]
 
     async def ready_families(self) -> list[str]:
         ready = await asyncio.gather(*(self.client.model_ready(f) for f in self.families))
         return [f for f, ok in zip(self.families, ready) if ok]
 
-    def prepare(self, req: SpeechRequest) -> Prepared | SpeechError:
+    # --- a request, checked ----------------------------------------------------------------
+
+    async def prepare(self, req: SpeechRequest) -> Prepared:
+        """Every check the front can make before Triton is asked; raises SpeechError."""
         received = time.perf_counter()
-        name = self.resolve_family(req.model)
-        if name is None:
-            return SpeechError(404, f"model {req.model!r} does not exist; served models: "
-                               f"{', '.join(self.families + list(OPENAI_MODEL_ALIASES))}",
-                               param="model")
-        family = family_of(name)
+        served = self.resolve_model(req.model)
+        family = served.family
         try:
             check_text(req.input)
         except InvalidRequest as exc:
-            return SpeechError(400, str(exc), param="input")
-        extra = req.extra_params()
-        # OpenAI SDKs send instructions freely; a family without style control ignores
-        # them rather than failing the request.
-        if req.instructions is not None and family.capabilities.instructions:
-            extra["instructions"] = req.instructions
+            raise SpeechError(400, str(exc), param="input") from None
         try:
-            params = family.request_params(req.speed, extra)
+            params = req.family_params()
+        except ValueError as exc:
+            raise SpeechError(400, str(exc), param="extra_params") from None
+        if params.get("word_timestamps") is False:
+            del params["word_timestamps"]       # asks for nothing
+        for name in params:
+            if name in FAMILY_FIELDS and name not in family.fields:
+                raise SpeechError(400, f"{name} is not supported by {served.name} ({family.description}); "
+                                  f"its fields: {', '.join(sorted(family.fields - {VOICE_FEATURES})) or 'none'}",
+                                  param=name)
+        if VOICE_FEATURES in params:
+            raise SpeechError(400, "voice_features are sent by the front for an uploaded voice; "
+                              "name the voice in `voice` instead", param=VOICE_FEATURES)
+        if params.get("ref_audio") is not None:
+            try:
+                audio = await resolve_audio(params["ref_audio"], self.media)
+            except MediaError as exc:
+                raise SpeechError(400, str(exc), param=exc.field) from None
+            params["ref_audio"] = base64.b64encode(audio).decode()
+        voice = await self.voice_for(served, req.voice or "default", params)
+        try:
+            params = family.request_params(1.0 if req.speed is None else req.speed, params)
         except InvalidRequest as exc:
-            return SpeechError(400, str(exc))
-        return Prepared(name, family, req.input, req.voice, params, received)
+            raise SpeechError(400, str(exc), param=_named_field(str(exc), params)) from None
+        return Prepared(served.name, family, req.input, voice, params, received,
+                        req.response_format or "wav", req.sample_rate)
+
+    async def voice_for(self, served: ServedModel, voice: str, params: dict[str, Any]) -> str:
+        """The voice the stages get: a built-in voice as named, an uploaded voice as
+        `default` with its stored features in params."""
+        builtin = served.voices or ()
+        if any(voice.casefold() == v.casefold() for v in builtin) or voice == "default":
+            return voice
+        stored = self.voices.get(voice)
+        if stored is None:
+            if served.voices is None:
+                return voice                    # the stage knows its voices
+            uploaded = [v.name for v in self.voices.list()]
+            raise SpeechError(400, f"unknown voice {voice!r} for {served.name}; its voices: "
+                              f"{', '.join(builtin)}" + (f"; uploaded: {', '.join(uploaded)}" if uploaded else ""),
+                              param="voice")
+        for name in ("ref_audio", "ref_text", "speaker_embedding"):
+            if params.get(name) is not None:
+                raise SpeechError(400, f"voice {stored.name!r} is an uploaded voice: it replaces "
+                                  f"{name}; send one or the other", param=name)
+        blob = await self.voice_features(stored, served)
+        params[VOICE_FEATURES] = base64.b64encode(blob).decode()
+        return "default"
+
+    async def voice_features(self, stored: StoredVoice, served: ServedModel) -> bytes:
+        """A stored voice's features for a model: kept from the upload, or computed now
+        from the kept recording (a model served after the upload) and kept."""
+        blob = self.voices.features(stored, served.name)
+        if blob is not None:
+            return blob
+        family = served.family
+        if family.voice_encoder is None:
+            raise SpeechError(400, f"{served.name} cannot speak uploaded voices (it does not clone "
+                              f"voices); voice {stored.name!r} is for {', '.join(stored.models) or 'none'}",
+                              param="voice")
+        blob = await self.encode_voice(served, self.reference_params(stored))
+        self.voices.add_features(stored, served.name, blob)
+        return blob
+
+    def reference_params(self, stored: StoredVoice) -> dict[str, Any]:
+        if stored.speaker_embedding is not None:
+            return {"speaker_embedding": stored.speaker_embedding}
+        reference = self.voices.reference(stored)
+        params = {"ref_audio": base64.b64encode(reference).decode()}
+        if stored.ref_text:
+            params["ref_text"] = stored.ref_text
+        return params
+
+    async def encode_voice(self, served: ServedModel, params: dict[str, Any]) -> bytes:
+        """The model's voice encoder stage on a reference (held in an admission slot: it
+        is real work)."""
+        family = served.family
+        stage = instance_stage(served.name, family, family.voice_encoder)
+        async with self.admission.slot():
+            try:
+                return await self.client.encode_voice(stage, params)
+            except StageRejected as exc:
+                raise SpeechError(400, f"{served.name}: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - reads as speech errors do
+                raise speech_error(exc, "voice-upload") from None
 
     def synthesis(self, prepared: Prepared) -> Synthesis:
         return Synthesis(self.client, self.admission, prepared)
 
+    # --- POST /v1/audio/speech -----------------------------------------------------------
+
     async def speech(self, req: SpeechRequest) -> Response:
-        prepared = self.prepare(req)
-        if isinstance(prepared, SpeechError):
-            return _counted(self.resolve_family(req.model) or "unknown", prepared.response())
+        try:
+            prepared = await self.prepare(req)
+        except SpeechError as exc:
+            model = req.model if req.model in self.models else "unknown"
+            return _counted(model, exc.response())
         model = prepared.model
         synthesis = self.synthesis(prepared)
-        streaming = req.stream or req.stream_format == "sse"
         # Headers wait for the first chunk: until then every failure is still a clean
         # status code (400, 429, 503) instead of a stream cut short.
         try:
             first = await anext(synthesis)
-            encoder = AudioEncoder(req.response_format, first.sample_rate, streaming)
+            encoder = AudioEncoder(prepared.response_format, first.sample_rate, req.streaming,
+                                   prepared.sample_rate)
         except BaseException as exc:
             await synthesis.aclose()
             return _counted(model, speech_error(exc, prepared.request_id).response())
-        if streaming:
-            return AudioStreamResponse(synthesis, first, encoder, sse=req.stream_format == "sse")
+        if req.streaming:
+            return AudioStreamResponse(synthesis, first, encoder, sse=req.sse)
         try:
-            async with aclosing(_encoded(first, synthesis, encoder)) as parts:
-                body = b"".join([part async for part in parts])
+            body = await encoded_body(first, synthesis, encoder)
         except BaseException as exc:
             return _counted(model, speech_error(exc, prepared.request_id).response())
         finally:
             await synthesis.aclose()
         return _counted(model, Response(body, media_type=encoder.content_type))
+
+    async def whole(self, prepared: Prepared) -> tuple[bytes, AudioEncoder, Synthesis]:
+        """A prepared request synthesized and encoded whole (batch items)."""
+        synthesis = self.synthesis(prepared)
+        try:
+            first = await anext(synthesis)
+            encoder = AudioEncoder(prepared.response_format, first.sample_rate, False,
+                                   prepared.sample_rate)
+            return await encoded_body(first, synthesis, encoder), encoder, synthesis
+        finally:
+            await synthesis.aclose()
+
+
+def _named_field(message: str, params: dict[str, Any]) -> str | None:
+    """The request field a family parser's message is about (its messages start with it)."""
+    first = message.split(" ", 1)[0].strip("'\"")
+    return first if first in params or first in FAMILY_FIELDS else None
+
+
+async def encoded_body(first: AudioChunk, rest: AsyncIterator[AudioChunk], encoder: AudioEncoder) -> bytes:
+    async with aclosing(_encoded(first, rest, encoder)) as parts:
+        return b"".join([part async for part in parts])
 
 
 def _counted(model: str, response: Response) -> Response:
@@ -259,7 +423,9 @@ async def _encoded(first: AudioChunk, rest: AsyncIterator[AudioChunk],
 
 
 def sse_event(event: dict) -> bytes:
-    return f"data: {json.dumps(event)}\n\n".encode()
+    """One SSE event; the `event:` line carries the type as vLLM-Omni's does (OpenAI's SDK
+    reads the data line)."""
+    return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n".encode()
 
 
 class AudioStreamResponse(StreamingResponse):
@@ -274,6 +440,7 @@ class AudioStreamResponse(StreamingResponse):
 
     def __init__(self, synthesis: Synthesis, first: AudioChunk, encoder: AudioEncoder, sse: bool):
         self.synthesis, self.sse = synthesis, sse
+        self.response_format = encoder.format
         self.outcome = "499"  # until the body ends otherwise: the client went away
         super().__init__(self._body(first, encoder),
                          media_type="text/event-stream" if sse else encoder.content_type,
@@ -290,7 +457,8 @@ class AudioStreamResponse(StreamingResponse):
     def _frame(self, data: bytes) -> bytes:
         if not self.sse:
             return data
-        return sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
+        return sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode(),
+                          "response_format": self.response_format})
 
     async def _body(self, first: AudioChunk, encoder: AudioEncoder) -> AsyncIterator[bytes]:
         try:
@@ -309,4 +477,7 @@ class AudioStreamResponse(StreamingResponse):
                          self.synthesis.prepared.request_id, exc)
             if not self.sse:
                 raise
-            yield sse_event({"type": "error", **error_body(str(exc), "server_error")})
+            error = error_body(str(exc), "server_error", code="500")["error"]
+            if self.synthesis.samples:
+                error.update(partial_audio=True, action="discard")
+            yield sse_event({"type": "speech.audio.error", "error": error})

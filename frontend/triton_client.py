@@ -13,6 +13,7 @@ from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException
 
 from tritontts import stage
+from tritontts.voice import VOICE_FEATURES
 
 
 class TritonUnavailable(RuntimeError):
@@ -41,6 +42,8 @@ class SpeechClient(Protocol):
 
     def synthesize(self, model: str, text: str, voice: str, params: dict,
                    request_id: str) -> AsyncIterator[AudioChunk]: ...
+
+    async def encode_voice(self, model: str, params: dict) -> bytes: ...
 
     async def model_ready(self, model: str) -> bool: ...
 
@@ -85,6 +88,20 @@ class TritonSpeechClient:
             return await self._client.is_model_ready(model)
         except Exception:
             return False
+
+    async def encode_voice(self, model: str, params: dict) -> bytes:
+        """A reference's packed features from a family's voice encoder stage (its prompt
+        stage, asked for its voice_features output alone; tritontts/voice.py)."""
+        try:
+            result = await self._client.infer(
+                model, [_bytes_input(stage.TEXT, ""), _bytes_input(stage.VOICE, "default"),
+                        _bytes_input(stage.PARAMS, json.dumps(params))],
+                outputs=[InferRequestedOutput(VOICE_FEATURES)], client_timeout=self.request_timeout_s)
+        except InferenceServerException as exc:
+            raise _classify(str(exc)) from None
+        except grpc.aio.AioRpcError as exc:
+            raise TritonUnavailable(f"{exc.code().name}: {exc.details()}") from None
+        return bytes(result.as_numpy(VOICE_FEATURES).reshape(-1)[0])
 
     async def synthesize(self, model: str, text: str, voice: str, params: dict,
                          request_id: str) -> AsyncIterator[AudioChunk]:

@@ -38,10 +38,17 @@ class Family:
     capabilities: Capabilities
     # The checkpoint: `--checkpoint NAME=PATH` or the environment variable below.
     checkpoint_help: str
+    fields: frozenset[str] = frozenset()  # the request fields parse_params takes (its KNOWN)
     checkpoint_required: bool = True
     checkpoint_env_name: str | None = None          # default TRITONTTS_<NAME>_CHECKPOINT
     preflight: Callable[[Path], None] | None = None  # raises CheckpointError naming the file
     voices: Callable[[Path | None], list[str]] = field(default=lambda checkpoint: ["default"])
+    # The stage that turns a reference recording into stored voice features (its
+    # `voice_features` output, tritontts/voice.py); None: no uploaded voices.
+    voice_encoder: str | None = None
+    # Released checkpoint names a request's `model` may use for this family
+    # (e.g. FunAudioLLM/Fun-CosyVoice3-0.5B-2512).
+    released_names: tuple[str, ...] = ()
     # For tests and benchmarks: a random checkpoint in the real layout, and the extra
     # request fields (beyond input/voice) that a request to it needs.
     write_random_checkpoint: Callable[..., Path] | None = None

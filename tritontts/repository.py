@@ -32,7 +32,7 @@ ENSEMBLE_REPOSITORY = REPO_ROOT / "ensembles"
 CONVENTION_TYPES = {"text": "TYPE_STRING", "voice": "TYPE_STRING", "params": "TYPE_STRING",
                     "audio": "TYPE_FP32", "sample_rate": "TYPE_INT32",
                     "chunk_index": "TYPE_INT32", "is_final": "TYPE_BOOL",
-                    "stream_id": "TYPE_INT64"}
+                    "stream_id": "TYPE_INT64", "voice_features": "TYPE_STRING"}
 
 
 class WiringError(ValueError):
@@ -112,6 +112,11 @@ def check_convention(family: Family, stages: list[mc.ModelConfig]) -> None:
                                   f"not {dtype(tensor)}")
     if "stream_id" not in [t.name for t in first.output]:
         raise WiringError(f"{first.name}: the first stage sets stream_id for later stages")
+    if family.voice_encoder is not None:
+        encoder = next((c for c in stages if c.name.endswith(family.voice_encoder[len(family.name):])), None)
+        if encoder is None or "voice_features" not in [t.name for t in encoder.output]:
+            raise WiringError(f"{family.name}: voice_encoder {family.voice_encoder} must be one of its "
+                              "stages with a voice_features output")
     if not any(decoupled(c) for c in stages):
         raise WiringError(f"{family.name}: no decoupled stage, so the ensemble cannot stream")
 

@@ -214,6 +214,12 @@ class Stage:
     def run(self, inputs: Inputs) -> dict[str, Any]:
         raise NotImplementedError
 
+    def encode_voice(self, inputs: Inputs) -> bytes:
+        """A family's prompt stage that stores cloned voices (Family.voice_encoder) returns
+        the reference's packed features (tritontts.voice) for a request that asks for its
+        `voice_features` output alone."""
+        raise InvalidRequest(f"{self.context.name} does not encode voices")
+
     def close(self) -> None:
         """Called when Triton unloads the model."""
 

@@ -29,6 +29,7 @@ import triton_python_backend_utils as pb_utils
 from .scheduling import ChunkScheduler
 from .stage import (CHUNK_INDEX, INVALID_REQUEST_TAG, IS_FINAL, STREAM_ID, EngineStage, Inputs,
                     InvalidRequest, Stage, StageContext, StreamingStage)
+from .voice import VOICE_FEATURES
 
 # The stub's embedded interpreter starts in the C locale; torch and espeak data paths
 # then fail on non-ASCII. Set it once, before any stage imports its heavy modules.
@@ -126,9 +127,13 @@ class TritonPythonModel:
             inputs[name] = array[0]
         return inputs
 
-    def response(self, outputs: dict[str, Any], inputs: Inputs) -> "pb_utils.InferenceResponse":
+    def response(self, outputs: dict[str, Any], inputs: Inputs,
+                 names: set[str] | None = None) -> "pb_utils.InferenceResponse":
+        """The outputs in `names` (default: every declared output but voice_features)."""
         tensors = []
         for name, dtype in self.output_types.items():
+            if (name not in names) if names else name == VOICE_FEATURES:
+                continue
             if name in outputs:
                 value = outputs[name]
             elif name in self.passthrough and name in inputs:
@@ -165,7 +170,12 @@ class TritonPythonModel:
             return cancelled_response()
         try:
             inputs = self.inputs(request)
-            return self.response(self.stage.run(inputs), inputs)
+            # A request for voice_features alone (the front storing a voice) encodes the
+            # reference; the ensemble never maps that output, so it never asks for it.
+            requested = set(request.requested_output_names())
+            if requested == {VOICE_FEATURES}:
+                return self.response({VOICE_FEATURES: [self.stage.encode_voice(inputs)]}, inputs, requested)
+            return self.response(self.stage.run(inputs), inputs, requested - {VOICE_FEATURES})
         except Exception as exc:
             return error_response(exc)
 

@@ -14,7 +14,13 @@ from tritontts.families import FAMILIES
 
 
 def sse_events(body: bytes) -> list[dict]:
-    return [json.loads(line[len(b"data: "):]) for line in body.split(b"\n\n") if line]
+    """The data of each event, checked against its `event:` line (vLLM-Omni's framing)."""
+    events = []
+    for block in filter(None, body.split(b"\n\n")):
+        event, data = block.split(b"\n")
+        events.append(json.loads(data.removeprefix(b"data: ")))
+        assert event.removeprefix(b"event: ").decode() == events[-1]["type"]
+    return events
 
 
 @run_async
@@ -31,7 +37,7 @@ async def test_wav_body_decodes_to_every_chunk_at_the_chunk_sample_rate():
 async def test_raw_stream_sends_each_chunk_as_one_body_message_in_order():
     chunks = tone_chunks(3)
     async with serving(FakeTritonClient(chunks)) as front:
-        exchange = front.exchange(response_format="pcm", stream=True)
+        exchange = front.exchange(response_format="pcm", stream_format="audio")
         assert await exchange.outcome() is None
     start, *bodies = exchange.drained()
     assert start["status"] == 200
@@ -51,11 +57,11 @@ async def test_sse_sends_a_delta_per_chunk_then_done_with_audio_seconds():
 
 @run_async
 async def test_stage_rejection_before_the_first_chunk_is_400_with_the_stage_message():
-    fake = FakeTritonClient(errors={0: StageRejected("unknown voice 'nobody'")})
+    fake = FakeTritonClient(errors={0: StageRejected("ref_audio could not be decoded")})
     async with serving(fake) as front:
-        r = await front.speech(voice="nobody", stream=True)
+        r = await front.speech(stream=True)
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == "unknown voice 'nobody'"
+    assert r.json()["error"]["message"] == "ref_audio could not be decoded"
 
 
 @run_async
@@ -67,14 +73,15 @@ async def test_triton_unavailable_is_503_with_retry_after():
 
 
 @run_async
-async def test_stage_failure_mid_sse_stream_ends_with_an_in_band_error_event():
+async def test_stage_failure_mid_sse_stream_ends_with_vllm_omnis_error_event_marked_partial():
     fake = FakeTritonClient(tone_chunks(3), errors={1: StageFailed("vocoder exploded")})
     async with serving(fake) as front:
         r = await front.speech(response_format="pcm", stream_format="sse")
     events = sse_events(r.content)
     assert r.status_code == 200
-    assert [e["type"] for e in events] == ["speech.audio.delta", "error"]
+    assert [e["type"] for e in events] == ["speech.audio.delta", "speech.audio.error"]
     assert events[-1]["error"]["message"] == "vocoder exploded"
+    assert events[-1]["error"]["partial_audio"] is True and events[-1]["error"]["action"] == "discard"
 
 
 @run_async
@@ -118,12 +125,14 @@ async def test_openai_alias_tts_1_is_served_by_the_first_served_family():
 
 
 @run_async
-async def test_instructions_are_dropped_for_a_family_without_style_control():
+async def test_instructions_are_400_naming_the_field_for_a_family_without_style_control():
     family = next(f for f in FAMILIES.values() if not f.capabilities.instructions)
     async with serving(FakeTritonClient(), [family.name]) as front:
         r = await front.speech(model=family.name, instructions="whisper",
                                **family.example_params())
-    assert r.status_code == 200 and "instructions" not in front.fake.calls[0]["params"]
+    assert r.status_code == 400 and r.json()["error"]["param"] == "instructions"
+    assert "instructions is not supported by" in r.json()["error"]["message"]
+    assert front.fake.calls == []
 
 
 @run_async

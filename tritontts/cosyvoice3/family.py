@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..family import Capabilities, Family
-from .request import parse_cosyvoice3_params
+from .request import KNOWN, parse_cosyvoice3_params
 
 
 def _preflight(path: Path) -> None:
@@ -42,6 +42,7 @@ FAMILY = Family(
                 "the voice of ref_audio",
     stages=("cosyvoice3_prompt", "cosyvoice3_talker", "cosyvoice3_flow", "cosyvoice3_hift"),
     parse_params=parse_cosyvoice3_params,
+    fields=frozenset(KNOWN),
     capabilities=Capabilities(sample_rate=24000, native_speed=False, reference_audio=True,
                               instructions=False, languages=("zh", "en", "ja", "ko", "de", "es",
                                                              "fr", "it", "ru")),
@@ -50,6 +51,8 @@ FAMILY = Family(
     checkpoint_required=True,
     preflight=_preflight,
     voices=lambda checkpoint: ["default"],
+    voice_encoder="cosyvoice3_prompt",
+    released_names=("FunAudioLLM/Fun-CosyVoice3-0.5B-2512",),
     write_random_checkpoint=_write_random_checkpoint,
     example_params=_example_params,
 )

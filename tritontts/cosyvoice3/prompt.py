@@ -15,11 +15,16 @@ import numpy as np
 
 from ..audio import decode_audio, resample
 from ..stage import InvalidRequest
-from .checkpoint import CosyVoice3Checkpoint
+from ..voice import checkpoint_fingerprint, pack_voice, unpack_voice
+from .checkpoint import TEXT_MODEL_DIR, CosyVoice3Checkpoint
 from .features import kaldi_fbank, prompt_mel, whisper_log_mel
 from .tokenizer import CosyVoice3TextTokenizer
 
 MIN_REF_SECONDS, MAX_REF_SECONDS = 1.0, 30.0
+# What a stored voice's features depend on: the two encoders and the text tokenizer.
+VOICE_FILES = ("speech_tokenizer_v3.onnx", "campplus.onnx", TEXT_MODEL_DIR)
+VOICE_SPEC = {"text_ids": (np.int64, (None,)), "speech_tokens": (np.int32, (None,)),
+              "embedding": (np.float32, (192,)), "mel": (np.float32, (None, 80))}
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,21 @@ class PromptExtractor:
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self.hits = 0
+        self.fingerprint = checkpoint_fingerprint(checkpoint.root, VOICE_FILES)
+
+    def pack(self, prompt: VoicePrompt, ref_text: str) -> bytes:
+        """A voice prompt as stored voice features (tritontts.voice)."""
+        return pack_voice("cosyvoice3", self.fingerprint, {
+            "text_ids": np.asarray(prompt.text_ids, np.int64), "speech_tokens": prompt.speech_tokens,
+            "embedding": prompt.embedding, "mel": prompt.mel}, ref_text=ref_text)
+
+    def unpack(self, blob: bytes) -> VoicePrompt:
+        arrays, _ = unpack_voice(blob, "cosyvoice3", self.fingerprint, VOICE_SPEC)
+        tokens = arrays["speech_tokens"]
+        if arrays["mel"].shape[0] != 2 * tokens.size or not tokens.size or not arrays["text_ids"].size:
+            raise InvalidRequest("voice_features are inconsistent (the prompt mel has 2 frames "
+                                 "per speech token); upload the voice again")
+        return VoicePrompt(arrays["text_ids"].tolist(), tokens, arrays["embedding"], arrays["mel"])
 
     def extract(self, ref_audio: bytes, ref_text: str) -> VoicePrompt:
         key = hashlib.sha256(ref_audio + b"\0" + ref_text.encode()).hexdigest()

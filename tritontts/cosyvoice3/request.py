@@ -5,15 +5,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..stage import InvalidRequest, audio_param, reject_unknown, seed_param
+from ..voice import VOICE_FEATURES, voice_features_param
 
-KNOWN = {"ref_audio", "ref_text", "seed", "speed"}
+KNOWN = {"ref_audio", "ref_text", "seed", "speed", VOICE_FEATURES}
 
 
 @dataclass(frozen=True)
 class CosyVoice3Params:
-    ref_audio: bytes
-    ref_text: str
+    ref_audio: bytes | None           # None when voice_features are given
+    ref_text: str | None
     seed: int | None
+    voice_features: bytes | None = None   # a stored voice's features (tritontts.voice)
 
 
 def parse_cosyvoice3_params(params: dict[str, Any]) -> CosyVoice3Params:
@@ -22,6 +24,12 @@ def parse_cosyvoice3_params(params: dict[str, Any]) -> CosyVoice3Params:
     if speed not in (None, 1, 1.0):
         raise InvalidRequest("cosyvoice3 streams at speed 1.0 only; omit speed")
     ref_audio, ref_text = params.get("ref_audio"), params.get("ref_text")
+    if params.get(VOICE_FEATURES) is not None:
+        if ref_audio is not None or ref_text is not None:
+            raise InvalidRequest("a stored voice (voice_features) replaces ref_audio and ref_text; "
+                                 "send one or the other")
+        return CosyVoice3Params(None, None, seed_param(params),
+                                voice_features_param(params[VOICE_FEATURES]))
     if not ref_audio or not isinstance(ref_audio, str):
         raise InvalidRequest("cosyvoice3 clones a voice: ref_audio (base64 audio, 1-30 s) is required")
     if not ref_text or not isinstance(ref_text, str) or not ref_text.strip():

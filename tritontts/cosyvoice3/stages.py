@@ -17,8 +17,8 @@ from typing import Any, AsyncIterator
 import numpy as np
 import torch
 
-from ..stage import (AUDIO, IS_FINAL, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest, Stage,
-                     StageContext, begin_request)
+from ..stage import (AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest,
+                     Stage, StageContext, begin_request, parse_params)
 from ..text import normalize, split_sentences
 from ..vllm_talker import VllmTalkerStage
 from .checkpoint import CosyVoice3Checkpoint, open_checkpoint
@@ -78,11 +78,22 @@ class CosyVoice3PromptStage(Stage):
             STREAM_ID: start.stream_id,
         }
 
+    def encode_voice(self, inputs: Inputs) -> bytes:
+        params = parse_cosyvoice3_params(parse_params(inputs.scalar(PARAMS, "")))
+        if params.ref_audio is None:
+            raise InvalidRequest("a voice is stored from ref_audio and ref_text")
+        return self.extractor.pack(self.extractor.extract(params.ref_audio, params.ref_text),
+                                   params.ref_text)
+
     def prepare(self, text: str, voice: str, params) -> TalkJob:
         if voice not in ("", "default"):
             raise InvalidRequest(f"unknown voice {voice!r}: cosyvoice3 clones the voice of "
-                                 "ref_audio; use voice 'default' with ref_audio and ref_text")
-        prompt = self.extractor.extract(params.ref_audio, params.ref_text)
+                                 "ref_audio; use voice 'default' with ref_audio and ref_text, "
+                                 "or a voice uploaded with POST /v1/audio/voices")
+        if params.voice_features is not None:
+            prompt = self.extractor.unpack(params.voice_features)
+        else:
+            prompt = self.extractor.extract(params.ref_audio, params.ref_text)
         segments = [Segment(self.vocab.prompt_ids(prompt.text_ids + ids, prompt.speech_tokens.tolist()),
                             MIN_TOKEN_TEXT_RATIO * len(ids), MAX_TOKEN_TEXT_RATIO * len(ids))
                     for ids in self.text_segments(text)]

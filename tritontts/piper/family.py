@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..checkpoint import CheckpointError
 from ..family import Capabilities, Family
-from .request import parse_piper_params
+from .request import KNOWN, parse_piper_params
 
 VOICES_ENV = "TRITONTTS_PIPER_VOICES"
 
@@ -27,6 +27,7 @@ FAMILY = Family(
     description="Piper VITS voices (ONNX Runtime); the default voice is en_US-joe-medium",
     stages=("piper_text", "piper_vits"),
     parse_params=parse_piper_params,
+    fields=frozenset(KNOWN),
     capabilities=Capabilities(sample_rate=22050, native_speed=True, reference_audio=False,
                               instructions=False, languages=("en",)),
     checkpoint_help="a Piper voice table JSON (see README, Voices); default: the built-in table",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..family import Capabilities, Family
-from .request import parse_qwen3_tts_params
+from .request import KNOWN, parse_qwen3_tts_params
 
 
 def _open(path: Path):
@@ -34,6 +34,7 @@ FAMILY = Family(
     description="Qwen3-TTS 12 Hz: vLLM talker with its code predictor in every step -> Code2Wav",
     stages=("qwen3_tts_prompt", "qwen3_tts_talker", "qwen3_tts_code2wav"),
     parse_params=parse_qwen3_tts_params,
+    fields=frozenset(KNOWN),
     capabilities=Capabilities(sample_rate=24000, native_speed=False, reference_audio=True,
                               instructions=True,
                               languages=("auto", "chinese", "english", "japanese", "korean",
@@ -45,6 +46,10 @@ FAMILY = Family(
     checkpoint_required=True,
     preflight=lambda path: _open(path) and None,
     voices=_voices,
+    voice_encoder="qwen3_tts_prompt",
+    released_names=tuple(f"Qwen/Qwen3-TTS-12Hz-{size}-{kind}" for size, kind in (
+        ("0.6B", "CustomVoice"), ("1.7B", "CustomVoice"), ("1.7B", "VoiceDesign"),
+        ("0.6B", "Base"), ("1.7B", "Base"))),
     write_random_checkpoint=_write_random_checkpoint,
     # Random weights rarely sample the end code: bound the frames a test request makes.
     example_params=lambda: {"max_new_tokens": 24},

@@ -15,6 +15,11 @@ voice input, handled by the stage: the CustomVoice speaker, any case):
   max_new_tokens             1..8192 codec frames
   seed
   initial_codec_chunk_frames 1..25: frames in the first audio chunk
+  non_streaming_mode         true: the whole text in the prefill (the reference wrapper's
+                             CustomVoice/VoiceDesign default); absent/false: text fed step by
+                             step (the reference generate()'s default)
+  voice_features             Base: a stored voice's features (tritontts.voice; the front
+                             sends them for a voice uploaded with POST /v1/audio/voices)
 
 parse_qwen3_tts_params checks what needs no checkpoint (the front calls it too);
 check_task checks the request against the loaded checkpoint (kind, languages, sizes).
@@ -26,10 +31,12 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..stage import InvalidRequest, audio_param, reject_unknown, seed_param
+from ..voice import VOICE_FEATURES, voice_features_param
 from .checkpoint import AUTO_LANGUAGE, KIND_OF_TASK, TASK_OF_KIND
 
 KNOWN = {"task_type", "instructions", "language", "ref_audio", "ref_text", "x_vector_only_mode",
-         "speaker_embedding", "max_new_tokens", "seed", "initial_codec_chunk_frames"}
+         "speaker_embedding", "max_new_tokens", "seed", "initial_codec_chunk_frames",
+         "non_streaming_mode", VOICE_FEATURES}
 TASKS = tuple(KIND_OF_TASK)
 MAX_INSTRUCTIONS_CHARS = 4096
 MAX_TEXT_FIELD_CHARS = 4096
@@ -58,6 +65,8 @@ class Qwen3TTSParams:
     max_new_tokens: int | None
     seed: int | None
     initial_codec_chunk_frames: int | None
+    voice_features: bytes | None = None
+    non_streaming_mode: bool = False
 
     @property
     def in_context(self) -> bool:
@@ -111,12 +120,20 @@ def parse_qwen3_tts_params(params: dict[str, Any]) -> Qwen3TTSParams:
     x_vector_only = params.get("x_vector_only_mode")
     if x_vector_only is not None and not isinstance(x_vector_only, bool):
         raise InvalidRequest("x_vector_only_mode must be true or false")
+    non_streaming = params.get("non_streaming_mode")
+    if non_streaming is not None and not isinstance(non_streaming, bool):
+        raise InvalidRequest("non_streaming_mode must be true or false")
 
-    cloning = ref_audio is not None or ref_text is not None or embedding is not None
+    features = (voice_features_param(params[VOICE_FEATURES])
+                if params.get(VOICE_FEATURES) is not None else None)
+    if features is not None and (ref_audio is not None or ref_text is not None or embedding is not None):
+        raise InvalidRequest("a stored voice (voice_features) replaces ref_audio, ref_text and "
+                             "speaker_embedding; send one or the other")
+    cloning = ref_audio is not None or ref_text is not None or embedding is not None or features is not None
     if task is None and cloning:
         task = "Base"           # as vLLM-Omni infers it from a voice reference
     if task is not None and task != "Base":
-        for name in ("ref_audio", "ref_text", "x_vector_only_mode", "speaker_embedding"):
+        for name in ("ref_audio", "ref_text", "x_vector_only_mode", "speaker_embedding", VOICE_FEATURES):
             if params.get(name) is not None:
                 raise InvalidRequest(f"{name} is only valid for task_type Base (voice cloning)")
     if task == "VoiceDesign" and instructions is None:
@@ -125,7 +142,9 @@ def parse_qwen3_tts_params(params: dict[str, Any]) -> Qwen3TTSParams:
         if instructions is not None:
             # The reference's voice clone never prompts with an instruction.
             raise InvalidRequest("instructions are not used by Base voice cloning; omit them")
-        if embedding is not None:
+        if features is not None:
+            pass    # the stored features say whether they clone in context
+        elif embedding is not None:
             if ref_audio is not None:
                 raise InvalidRequest("speaker_embedding and ref_audio are mutually exclusive")
             if x_vector_only is False:
@@ -134,14 +153,15 @@ def parse_qwen3_tts_params(params: dict[str, Any]) -> Qwen3TTSParams:
             x_vector_only = True
         elif ref_audio is None:
             raise InvalidRequest("Base clones a voice: give ref_audio (base64 audio) or speaker_embedding")
-        if not x_vector_only and ref_text is None:
+        elif not x_vector_only and ref_text is None:
             raise InvalidRequest("Base in-context cloning needs ref_text (the transcript of ref_audio); "
                                  "or set x_vector_only_mode true to clone from the speaker embedding only")
     return Qwen3TTSParams(
         task_type=task, instructions=instructions, language=language, ref_audio=ref_audio,
         ref_text=ref_text, x_vector_only_mode=bool(x_vector_only), speaker_embedding=embedding,
         max_new_tokens=_int(params, "max_new_tokens", 1, MAX_NEW_TOKENS), seed=seed_param(params),
-        initial_codec_chunk_frames=_int(params, "initial_codec_chunk_frames", 1, MAX_INITIAL_CHUNK_FRAMES))
+        initial_codec_chunk_frames=_int(params, "initial_codec_chunk_frames", 1, MAX_INITIAL_CHUNK_FRAMES),
+        voice_features=features, non_streaming_mode=bool(non_streaming))
 
 
 def check_task(params: Qwen3TTSParams, kind: str, *, languages: Iterable[str] | None = None,

@@ -21,9 +21,10 @@ import numpy as np
 import torch
 
 from ..audio import decode_audio, resample
-from ..stage import (AUDIO, IS_FINAL, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest, Stage,
-                     StageContext, begin_request)
+from ..stage import (AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest,
+                     Stage, StageContext, begin_request, parse_params)
 from ..vllm_talker import VllmTalkerStage
+from ..voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .checkpoint import Qwen3TTSCheckpoint, open_checkpoint
 from .family import FAMILY
 from .prompt import TextTokenizer, base_prompt, custom_voice_prompt, voice_design_prompt
@@ -76,6 +77,13 @@ class Qwen3TTSPromptStage(Stage):
             self.speaker_encoder = load_speaker_encoder(self.checkpoint.root)
             self.speech_encoder = load_speech_encoder(self.checkpoint.root)
         self.references = _ReferenceCache()
+        # What a stored voice's features depend on: the encoders' weights and the tokenizer.
+        root = self.checkpoint.root
+        self.fingerprint = checkpoint_fingerprint(root, [
+            name for name in ("model.safetensors", "speech_tokenizer", "tokenizer.json", "vocab.json",
+                              "merges.txt", "tokenizer_config.json") if (root / name).exists()])
+        self.voice_spec = {"embedding": (np.float32, (self.checkpoint.config.speaker_embedding_dim,)),
+                           "codes": (np.int64, (None, CODE_GROUPS)), "ref_ids": (np.int64, (None,))}
 
     @torch.no_grad()
     def run(self, inputs: Inputs) -> dict[str, Any]:
@@ -107,23 +115,59 @@ class Qwen3TTSPromptStage(Stage):
         if task == "CustomVoice":
             speaker = self.speaker(voice)
             instruct = self.tokenizer.instruct_ids(params.instructions) if params.instructions else None
-            return custom_voice_prompt(self.talker, ids, speaker, params.language, instruct), no_codes
+            return custom_voice_prompt(self.talker, ids, speaker, params.language, instruct,
+                                       non_streaming=params.non_streaming_mode), no_codes
         self.require_default_voice(voice, task)
         if task == "VoiceDesign":
             return voice_design_prompt(self.talker, ids, self.tokenizer.instruct_ids(params.instructions),
-                                       params.language), no_codes
+                                       params.language, non_streaming=params.non_streaming_mode), no_codes
+        embedding, codes, ref_ids = self.reference(params)
+        if codes is None:
+            return base_prompt(self.talker, ids, embedding, params.language,
+                               non_streaming=params.non_streaming_mode), no_codes
+        prompt = base_prompt(self.talker, ids, embedding, params.language, ref_ids=ref_ids,
+                             ref_codes=codes, non_streaming=params.non_streaming_mode)
+        return prompt, codes.numpy().astype(np.int32)
+
+    def reference(self, params: Qwen3TTSParams):
+        """The voice Base clones: (x-vector [H], and for in-context cloning the reference's
+        codes [R, 16] and transcript ids; else None, None)."""
+        if params.voice_features is not None:
+            arrays, _ = unpack_voice(params.voice_features, FAMILY.name, self.fingerprint,
+                                     self.voice_spec, optional=("codes", "ref_ids"))
+            if ("codes" in arrays) != ("ref_ids" in arrays):
+                raise InvalidRequest("voice_features hold reference codes without their "
+                                     "transcript ids (or the other way round); upload the voice again")
+            embedding = torch.from_numpy(arrays["embedding"])
+            if params.x_vector_only_mode or "codes" not in arrays:
+                return embedding, None, None
+            return embedding, torch.from_numpy(arrays["codes"]), arrays["ref_ids"].tolist()
         if params.speaker_embedding is not None:
-            embedding = torch.tensor(params.speaker_embedding, dtype=torch.float32)
-            return base_prompt(self.talker, ids, embedding, params.language), no_codes
+            return torch.tensor(params.speaker_embedding, dtype=torch.float32), None, None
         audio = self.reference_audio(params.ref_audio)
         key = hashlib.sha256(audio.tobytes()).hexdigest()
         embedding = self.references.get("x" + key, lambda: self.speaker_encoder.embed(audio))
         if params.x_vector_only_mode:
-            return base_prompt(self.talker, ids, embedding, params.language), no_codes
+            return embedding, None, None
         codes = self.references.get("c" + key, lambda: self.speech_encoder.encode(audio))
-        prompt = base_prompt(self.talker, ids, embedding, params.language,
-                             ref_ids=self.tokenizer.ref_ids(params.ref_text), ref_codes=codes)
-        return prompt, codes.numpy().astype(np.int32)
+        return embedding, codes, self.tokenizer.ref_ids(params.ref_text)
+
+    @torch.no_grad()
+    def encode_voice(self, inputs: Inputs) -> bytes:
+        """A Base voice for storing: the x-vector, plus the reference's codes and transcript
+        ids when it has a transcript (in-context cloning)."""
+        params = parse_qwen3_tts_params(parse_params(inputs.scalar(PARAMS, "")))
+        if params.task_type != "Base" or params.voice_features is not None:
+            raise InvalidRequest("a Qwen3-TTS voice is stored from ref_audio (with ref_text for "
+                                 "in-context cloning) or from speaker_embedding")
+        check_task(params, self.checkpoint.kind,
+                   speaker_embedding_dim=self.checkpoint.config.speaker_embedding_dim)
+        embedding, codes, ref_ids = self.reference(params)
+        arrays = {"embedding": embedding.float().numpy()}
+        if codes is not None:
+            arrays["codes"] = codes.numpy().astype(np.int64)
+            arrays["ref_ids"] = np.asarray(ref_ids, np.int64)
+        return pack_voice(FAMILY.name, self.fingerprint, arrays, ref_text=params.ref_text or "")
 
     def speaker(self, voice: str) -> str:
         speakers = self.checkpoint.speakers

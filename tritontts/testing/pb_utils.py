@@ -102,7 +102,9 @@ class FakeSender:
 class FakeRequest:
     """A request with batch-1 inputs: values are wrapped to [1, ...] like a client's."""
 
-    def __init__(self, inputs: dict[str, Any], cancelled: bool = False):
+    def __init__(self, inputs: dict[str, Any], cancelled: bool = False,
+                 requested: list[str] | None = None):
+        self.requested = requested or []   # empty: whatever the model's config declares
         self.tensors = {}
         for name, value in inputs.items():
             array = np.asarray([value.encode()] if isinstance(value, str) else value)
@@ -116,6 +118,9 @@ class FakeRequest:
 
     def is_cancelled(self) -> bool:
         return self.cancelled
+
+    def requested_output_names(self) -> list[str]:
+        return list(self.requested)
 
     def get_response_sender(self) -> FakeSender:
         return self.sender

@@ -1,0 +1,116 @@
+"""Voice features: what a family's prompt stage computes from a reference recording, packed
+so that a stored voice skips that work on every request that names it.
+
+The prompt stage of a family that clones (Family.voice_encoder names it) answers a request
+that asks for its `voice_features` output alone with the reference's features: safetensors
+bytes holding the arrays plus metadata (the family, the checkpoint's fingerprint, the
+transcript). The front stores those bytes with the voice and sends them back, base64, as the
+`voice_features` request parameter in place of ref_audio and ref_text.
+
+Features are data from a client's point of view (anyone can send the parameter through
+tritonclient), so the reading stage checks everything: names, dtypes, shapes, the family,
+and the fingerprint of the checkpoint that computed them; a mismatch is a 400 that says to
+upload the voice again, never features silently meeting another model.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import struct
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from .stage import InvalidRequest
+
+VOICE_FEATURES = "voice_features"     # the prompt stage's output and the request parameter
+MAX_VOICE_FEATURES_BYTES = 8 * 1024 * 1024
+# Bytes read from the start of each weight file for the fingerprint: enough to tell
+# checkpoints apart (weights differ from the first tensor on) without reading gigabytes.
+_FINGERPRINT_HEAD = 1 << 20
+
+
+def checkpoint_fingerprint(root: Path, names: Iterable[str]) -> str:
+    """A short hash of the checkpoint files a voice's features depend on (the encoders and
+    the tokenizer): their names, sizes and first megabyte."""
+    digest = hashlib.sha256()
+    for name in sorted(names):
+        path = Path(root) / name
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            digest.update(str(file.relative_to(root)).encode() + b"\0")
+            digest.update(str(file.stat().st_size).encode() + b"\0")
+            with open(file, "rb") as f:
+                digest.update(f.read(_FINGERPRINT_HEAD))
+    return digest.hexdigest()[:16]
+
+
+def pack_voice(family: str, fingerprint: str, arrays: dict[str, np.ndarray],
+               **meta: str) -> bytes:
+    from safetensors.numpy import save
+
+    header = {"family": family, "fingerprint": fingerprint, **meta}
+    return save({k: np.ascontiguousarray(v) for k, v in arrays.items()}, metadata=header)
+
+
+def voice_metadata(blob: bytes) -> dict[str, str]:
+    """The metadata of packed features (no arrays are read)."""
+    try:
+        (size,) = struct.unpack("<Q", blob[:8])
+        header = json.loads(blob[8:8 + size])
+        meta = header.get("__metadata__") or {}
+    except (struct.error, ValueError, AttributeError):
+        raise InvalidRequest("voice_features are not packed voice features; upload the voice "
+                             "again (POST /v1/audio/voices)") from None
+    if not isinstance(meta, dict):
+        raise InvalidRequest("voice_features carry no metadata; upload the voice again")
+    return meta
+
+
+def unpack_voice(blob: bytes, family: str, fingerprint: str,
+                 spec: dict[str, tuple[Any, tuple[int | None, ...]]],
+                 optional: Iterable[str] = ()) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The arrays of packed features, checked against `spec` (name -> (dtype, shape with None
+    for any size)); names in `optional` may be absent. Raises InvalidRequest."""
+    from safetensors.numpy import load
+
+    meta = voice_metadata(blob)
+    if meta.get("family") != family:
+        raise InvalidRequest(f"voice_features were computed by {meta.get('family')!r}, not "
+                             f"{family}: use a voice uploaded for {family}")
+    if meta.get("fingerprint") != fingerprint:
+        raise InvalidRequest(f"voice_features were computed by another {family} checkpoint; "
+                             "upload the voice again for this one")
+    try:
+        arrays = load(blob)
+    except Exception as exc:   # safetensors raises its own error types
+        raise InvalidRequest(f"voice_features cannot be read: {exc}") from None
+    optional = set(optional)
+    unexpected = sorted(set(arrays) - set(spec))
+    missing = sorted(set(spec) - set(arrays) - optional)
+    if unexpected or missing:
+        raise InvalidRequest(f"voice_features hold {sorted(arrays)}; expected {sorted(spec)}")
+    for name, array in arrays.items():
+        dtype, shape = spec[name]
+        if array.dtype != np.dtype(dtype) or len(array.shape) != len(shape) or any(
+                want is not None and got != want for got, want in zip(array.shape, shape)):
+            raise InvalidRequest(f"voice_features {name!r} is {array.dtype}{list(array.shape)}; "
+                                 f"expected {np.dtype(dtype)}{list(shape)}")
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise InvalidRequest(f"voice_features {name!r} holds NaN or Inf")
+    return arrays, meta
+
+
+def voice_features_param(value: Any) -> bytes:
+    """The `voice_features` request parameter (base64) as bytes."""
+    if not isinstance(value, str) or not value:
+        raise InvalidRequest("voice_features must be base64 text, as stored with an uploaded voice")
+    if len(value) * 3 // 4 > MAX_VOICE_FEATURES_BYTES:
+        raise InvalidRequest(f"voice_features are larger than {MAX_VOICE_FEATURES_BYTES // 2**20} MiB")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest("voice_features must be base64 text") from None
