@@ -25,6 +25,7 @@ from tritontts.checkpoint import CheckpointError
 from tritontts.families import DEFAULT_FAMILY, FAMILIES, family_of
 
 from .app import create_app
+from .media import MediaPolicy
 
 
 def family_path(value: str) -> tuple[str, str]:
@@ -69,7 +70,27 @@ def parse_args(argv=None):
     parser.add_argument("--request-timeout", type=float, default=600.0,
                         help="seconds a request may take end to end before it fails (503)")
     parser.add_argument("--triton-log", help="file for tritonserver's log (default: stdout)")
+    voices = parser.add_argument_group("voices and reference audio")
+    voices.add_argument("--voices-dir", type=Path, default=default_voices_dir(),
+                        help="where uploaded voices are kept across restarts (default: %(default)s)")
+    voices.add_argument("--preload-voices", type=Path, action="append", default=[], metavar="DIR",
+                        help="a directory of precomputed voices (the --voices-dir layout) served "
+                             "read-only (repeatable)")
+    voices.add_argument("--max-voices", type=int, default=1000, help="uploaded voices kept at most")
+    voices.add_argument("--allowed-local-media-path", type=Path,
+                        help="ref_audio may be a file:// URL under this directory (default: never)")
+    voices.add_argument("--allow-media-host", action="append", default=[], metavar="HOST",
+                        help="a host name, address or CIDR that ref_audio URLs may fetch from even "
+                             "though it is private or loopback (repeatable)")
     return parser.parse_args(argv)
+
+
+def default_voices_dir() -> Path:
+    """TRITONTTS_VOICES_DIR, else the user's data directory (XDG)."""
+    if os.environ.get("TRITONTTS_VOICES_DIR"):
+        return Path(os.environ["TRITONTTS_VOICES_DIR"])
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "tritontts" / "voices"
 
 
 class LaunchError(Exception):
@@ -111,6 +132,15 @@ def checked(name: str, family, path: str) -> Path:
         except CheckpointError as exc:
             raise LaunchError(f"{name} checkpoint: {exc}") from None
     return resolved
+
+
+def served_checkpoints(families: list[str], instances: dict[str, str],
+                       env: dict[str, str]) -> dict[str, Path]:
+    """The checkpoint path of each served model that has one (the front lists their voices)."""
+    paths = {name: Path(env[FAMILIES[name].checkpoint_env]) for name in families
+             if FAMILIES[name].checkpoint_env in env}
+    paths.update({name: Path(path).expanduser().resolve() for name, path in instances.items()})
+    return paths
 
 
 def instance_repositories(instances: dict[str, str]) -> tuple[Path, ...]:
@@ -168,7 +198,12 @@ def main(argv=None) -> int:
             print(f"starting tritonserver ({', '.join(models)}) ...", flush=True)
             triton.start().wait_ready()
             triton_url = triton.grpc_url
-        app = create_app(triton_url, models, args.max_in_flight, args.request_timeout)
+        app = create_app(triton_url, models, args.max_in_flight, args.request_timeout,
+                         checkpoints=served_checkpoints(families, instances, env),
+                         voices_dir=args.voices_dir, preload_voices=args.preload_voices,
+                         max_voices=args.max_voices,
+                         media=MediaPolicy(allowed_local_media_path=args.allowed_local_media_path,
+                                           allowed_hosts=frozenset(args.allow_media_host)))
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
         server = uvicorn.Server(config)
         shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host

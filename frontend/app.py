@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import metrics
 from .media import MediaPolicy
@@ -61,10 +62,16 @@ class BodyLimit:
 
 
 def _validation_message(errors: list[dict]) -> tuple[str, str | None]:
-    problems = "; ".join(
-        f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in errors)
-    first = [p for p in (errors[0]["loc"] if errors else ()) if p != "body"]
-    return problems, (str(first[-1]) if first else None)
+    """Pydantic's errors as one message, and the field the first is about (the innermost
+    name: speaker_embedding for speaker_embedding.0, input for items.3.input)."""
+    def where(e):
+        return ".".join(str(p) for p in e["loc"] if p != "body")
+
+    problems = "; ".join(f"{where(e)}: {e['msg']}" if where(e) else
+                         f"the body must be a JSON object of the request fields ({e['msg']})"
+                         for e in errors)
+    names = [p for p in (errors[0]["loc"] if errors else ()) if isinstance(p, str) and p != "body"]
+    return problems, (names[-1] if names else None)
 
 
 def create_app(triton_url: str, families: list[str], max_in_flight: int = 64,
@@ -94,6 +101,13 @@ def create_app(triton_url: str, families: list[str], max_in_flight: int = 64,
         problems, param = _validation_message(exc.errors())
         metrics.REQUESTS.labels("unknown", "400").inc()
         return error_response(400, problems, param=param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        # Unknown paths and methods answer in the OpenAI error shape too.
+        message = (f"{request.method} {request.url.path} does not exist on this server"
+                   if exc.status_code in (404, 405) else str(exc.detail))
+        return error_response(exc.status_code, message)
 
     @app.exception_handler(SpeechError)
     async def speech_failed(_: Request, exc: SpeechError):

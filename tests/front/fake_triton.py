@@ -62,6 +62,8 @@ class FakeTritonClient:
         self.gates, self.errors, self.delay = gates or {}, errors or {}, delay
         self.ready, self._server_ready = ready, server_ready
         self.calls: list[dict] = []       # what each synthesize() was asked
+        self.encoded: list[dict] = []     # what each encode_voice() was asked
+        self.voice_errors: dict[str, BaseException] = {}   # stage -> what encode_voice raises
         self.open_streams = 0             # started and neither finished nor closed
         self.cancelled = 0                # closed by the front before their final chunk
         self.waiting = asyncio.Event()    # set while a stream waits at a gate
@@ -88,6 +90,13 @@ class FakeTritonClient:
             raise
         finally:
             self.open_streams -= 1
+
+    async def encode_voice(self, model: str, params: dict) -> bytes:
+        """Packed "features" that name the stage and the reference they came from."""
+        self.encoded.append({"model": model, "params": params})
+        if model in self.voice_errors:
+            raise self.voice_errors[model]
+        return f"features of {model} for {hash(json.dumps(params, sort_keys=True))}".encode()
 
     async def model_ready(self, model: str) -> bool:
         return self.ready is None or model in self.ready
@@ -119,8 +128,9 @@ class Front:
 
 @asynccontextmanager
 async def serving(fake: FakeTritonClient, families: list[str] | None = None,
-                  max_in_flight: int = 64) -> AsyncIterator[Front]:
-    app = create_app("fake:0", families or ["piper"], max_in_flight, client=fake)
+                  max_in_flight: int = 64, **options) -> AsyncIterator[Front]:
+    """options: create_app's keyword options (voices_dir, media, checkpoints, ...)."""
+    app = create_app("fake:0", families or ["piper"], max_in_flight, client=fake, **options)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app)
         async with httpx.AsyncClient(transport=transport, base_url="http://front") as http:

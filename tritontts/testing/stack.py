@@ -72,6 +72,8 @@ class Stack:
                "--families", ",".join(self.families)]
         for family, path in self.checkpoints.items():
             cmd += ["--checkpoint", f"{family}={path}"]
+        if "--voices-dir" not in self.extra_args:    # each server its own uploaded voices
+            cmd += ["--voices-dir", str(self.log.parent / "voices")]
         return cmd + list(self.extra_args)
 
     def start(self, timeout: float = 600) -> "Stack":

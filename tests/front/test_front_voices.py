@@ -1,0 +1,165 @@
+"""Uploaded voices against a scripted Triton: stored once with the features every cloning
+model computed, listed, used by name, kept across restarts, deleted."""
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from fake_triton import FakeTritonClient
+from starlette.testclient import TestClient
+
+from frontend.app import create_app
+from frontend.triton_client import StageRejected
+from tritontts.testing.bad_requests import wav
+from tritontts.voice import VOICE_FEATURES
+
+
+def front(voices_dir, families=("piper", "cosyvoice3"), fake=None, **options):
+    fake = fake or FakeTritonClient()
+    return TestClient(create_app("fake:0", list(families), client=fake, voices_dir=voices_dir,
+                                 **options)), fake
+
+
+def upload(client, name="Alice", **data):
+    return client.post("/v1/audio/voices", data={"name": name, "consent": "rec-1",
+                                                  "ref_text": "The reference voice.", **data},
+                       files={"audio_sample": ("alice.wav", wav(2.0), "audio/wav")})
+
+
+def test_upload_computes_features_once_per_cloning_model_and_lists_the_voice(tmp_path):
+    client, fake = front(tmp_path)
+    with client:
+        r = upload(client)
+        listing = client.get("/v1/audio/voices").json()
+    assert r.status_code == 200 and r.json()["voice"]["families"] == ["cosyvoice3"]
+    assert [e["model"] for e in fake.encoded] == ["cosyvoice3_prompt"]
+    assert fake.encoded[0]["params"]["ref_text"] == "The reference voice."
+    assert base64.b64decode(fake.encoded[0]["params"]["ref_audio"]) == wav(2.0)
+    assert "Alice" in listing["voices"] and "joe" in listing["voices"]
+    entry = next(d for d in listing["data"] if d["name"] == "Alice")
+    assert (entry["family"], entry["kind"]) == ("cosyvoice3", "uploaded") and entry["created"] > 0
+    assert listing["uploaded_voices"][0]["name"] == "Alice"
+
+
+@pytest.mark.parametrize("voice", ["Alice", "alice", "ALICE", {"id": "alice"}])
+def test_a_request_naming_the_voice_sends_its_stored_features_in_place_of_the_reference(tmp_path, voice):
+    client, fake = front(tmp_path)
+    with client:
+        upload(client)
+        r = client.post("/v1/audio/speech", json={"model": "cosyvoice3", "input": "Hi.", "voice": voice})
+    assert r.status_code == 200
+    params = fake.calls[0]["params"]
+    assert fake.calls[0]["voice"] == "default" and "ref_audio" not in params
+    assert base64.b64decode(params[VOICE_FEATURES]).startswith(b"features of cosyvoice3_prompt")
+    assert len(fake.encoded) == 1, "the reference was encoded again"
+
+
+def test_voices_survive_a_restart_and_are_not_encoded_again(tmp_path):
+    client, fake = front(tmp_path)
+    with client:
+        upload(client)
+    client, fake = front(tmp_path)
+    with client:
+        assert [v["name"] for v in client.get("/v1/audio/voices").json()["uploaded_voices"]] == ["Alice"]
+        r = client.post("/v1/audio/speech", json={"model": "cosyvoice3", "input": "Hi.", "voice": "alice"})
+    assert r.status_code == 200 and fake.encoded == []
+    assert VOICE_FEATURES in fake.calls[0]["params"]
+
+
+def test_a_model_served_after_the_upload_encodes_the_kept_recording_on_first_use(tmp_path):
+    client, _ = front(tmp_path)
+    with client:
+        upload(client)
+    client, fake = front(tmp_path, ("piper", "cosyvoice3", "cosyvoice3-big"))
+    with client:
+        r = client.post("/v1/audio/speech", json={"model": "cosyvoice3-big", "input": "Hi.", "voice": "Alice"})
+        again = client.post("/v1/audio/speech", json={"model": "cosyvoice3-big", "input": "Hi.", "voice": "Alice"})
+    assert r.status_code == again.status_code == 200
+    assert [e["model"] for e in fake.encoded] == ["cosyvoice3-big_prompt"]
+    assert sorted(client.get("/v1/audio/voices").json()["uploaded_voices"][0]["models"]) == [
+        "cosyvoice3", "cosyvoice3-big"]
+
+
+def test_a_crash_mid_write_leaves_no_half_voice(tmp_path):
+    (tmp_path / ".tmp-abc").mkdir()
+    (tmp_path / ".tmp-abc" / "voice.json").write_text("{half")
+    client, _ = front(tmp_path)
+    with client:
+        assert client.get("/v1/audio/voices").json()["uploaded_voices"] == []
+    assert not (tmp_path / ".tmp-abc").exists()
+
+
+def test_duplicate_name_is_409_and_delete_frees_it(tmp_path):
+    client, _ = front(tmp_path)
+    with client:
+        assert upload(client).status_code == 200
+        again = upload(client, name="ALICE")
+        deleted = client.delete("/v1/audio/voices/alice")
+        gone = client.post("/v1/audio/speech", json={"model": "cosyvoice3", "input": "Hi.", "voice": "Alice"})
+        reupload = upload(client)
+    assert again.status_code == 409 and "delete it first" in again.json()["error"]["message"]
+    assert deleted.status_code == 200 and deleted.json()["name"] == "Alice"
+    assert reupload.status_code == 200
+    assert not any(p.name.startswith(".tmp") for p in tmp_path.iterdir())
+    # Deleted, the name is nobody: cosyvoice3 asks for a reference instead.
+    assert gone.status_code == 400 and "ref_audio" in gone.json()["error"]["message"]
+
+
+def test_the_voice_count_is_capped(tmp_path):
+    client, _ = front(tmp_path, max_voices=1)
+    with client:
+        upload(client, name="one")
+        r = upload(client, name="two")
+    assert r.status_code == 409 and "limit" in r.json()["error"]["message"]
+
+
+def test_a_voice_no_served_model_can_use_is_refused_with_each_models_reason(tmp_path):
+    fake = FakeTritonClient()
+    fake.voice_errors["cosyvoice3_prompt"] = StageRejected("cosyvoice3 clones a voice: ref_text is required")
+    client, _ = front(tmp_path, fake=fake)
+    with client:
+        r = upload(client)
+    assert r.status_code == 400 and "ref_text is required" in r.json()["error"]["message"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_uploaded_voice_and_a_reference_in_one_request_is_400(tmp_path):
+    client, _ = front(tmp_path)
+    with client:
+        upload(client)
+        r = client.post("/v1/audio/speech", json={"model": "cosyvoice3", "input": "Hi.", "voice": "Alice",
+                                                  "ref_text": "other"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "ref_text"
+
+
+def test_a_piper_request_for_an_uploaded_voice_says_piper_cannot_clone(tmp_path):
+    client, _ = front(tmp_path)
+    with client:
+        upload(client)
+        r = client.post("/v1/audio/speech", json={"model": "piper", "input": "Hi.", "voice": "Alice"})
+    assert r.status_code == 400 and "cannot speak uploaded voices" in r.json()["error"]["message"]
+
+
+def test_precomputed_voices_are_served_read_only(tmp_path):
+    client, _ = front(tmp_path / "a")
+    with client:
+        upload(client)
+    client, fake = front(tmp_path / "b", preload_voices=[tmp_path / "a"])
+    with client:
+        listing = client.get("/v1/audio/voices").json()
+        used = client.post("/v1/audio/speech", json={"model": "cosyvoice3", "input": "Hi.", "voice": "alice"})
+        deleted = client.delete("/v1/audio/voices/Alice")
+    assert listing["uploaded_voices"][0]["kind"] == "precomputed"
+    assert used.status_code == 200 and fake.encoded == []
+    assert deleted.status_code == 409 and "read-only" in deleted.json()["error"]["message"]
+
+
+def test_voice_json_from_a_hostile_preload_cannot_point_outside_its_folder(tmp_path):
+    folder = tmp_path / "pre" / "evil"
+    folder.mkdir(parents=True)
+    (folder / "voice.json").write_text(json.dumps({"name": "evil", "consent": "x", "created": 1,
+                                                   "reference_file": "../../../etc/passwd"}))
+    client, _ = front(tmp_path / "own", preload_voices=[tmp_path / "pre"])
+    with client:
+        assert client.get("/v1/audio/voices").json()["uploaded_voices"] == []
