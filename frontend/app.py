@@ -198,7 +198,7 @@ async def run_batch(service: SpeechService, req: BatchSpeechRequest) -> BatchSpe
                                media_type=encoder.content_type, sample_rate=encoder.sample_rate,
                                audio_seconds=round(synthesis.audio_seconds, 3), status_code=200)
 
-    items = [i.model_dump(exclude_none=True) for i in req.items]
+    items = [{k: v for k, v in i.items() if v is not None} for i in req.items]
     results = await asyncio.gather(*(item(k, fields) for k, fields in enumerate(items)))
     ok = sum(r.status == "success" for r in results)
     return BatchSpeechResponse(id=f"batch-{uuid.uuid4().hex}", results=list(results),

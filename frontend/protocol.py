@@ -123,20 +123,12 @@ class SpeechRequest(SpeechFields):
         return self.stream_format == "sse" or (self.stream and self.stream_format is None)
 
 
-class BatchItem(SpeechFields):
-    """One item of a batch: its fields override the batch's."""
-
-    input: str
-
-
 class BatchSpeechRequest(SpeechFields):
-    """POST /v1/audio/speech/batch: the batch's fields are defaults for every item."""
+    """POST /v1/audio/speech/batch: the batch's fields are defaults for every item. Each
+    item (its `input` and any field overriding the batch's) is checked on its own, as a
+    speech request, so that one bad item fails alone."""
 
-    items: list[BatchItem] = Field(..., min_length=1, max_length=MAX_BATCH_ITEMS)
-
-    @model_validator(mode="after")
-    def _no_nested_items(self):
-        return self
+    items: list[dict[str, Any]] = Field(..., min_length=1, max_length=MAX_BATCH_ITEMS)
 
 
 class BatchItemResult(BaseModel):

@@ -289,19 +289,13 @@ class SpeechService:
                         req.response_format or "wav", req.sample_rate)
 
     async def voice_for(self, served: ServedModel, voice: str, params: dict[str, Any]) -> str:
-        """The voice the stages get: a built-in voice as named, an uploaded voice as
-        `default` with its stored features in params."""
-        builtin = served.voices or ()
-        if any(voice.casefold() == v.casefold() for v in builtin) or voice == "default":
+        """The voice the stages get: an uploaded voice as `default` with its stored features
+        in params; any other name as it is (built-in voices win over uploaded ones)."""
+        if any(voice.casefold() == v.casefold() for v in served.voices or ("default",)):
             return voice
         stored = self.voices.get(voice)
         if stored is None:
-            if served.voices is None:
-                return voice                    # the stage knows its voices
-            uploaded = [v.name for v in self.voices.list()]
-            raise SpeechError(400, f"unknown voice {voice!r} for {served.name}; its voices: "
-                              f"{', '.join(builtin)}" + (f"; uploaded: {', '.join(uploaded)}" if uploaded else ""),
-                              param="voice")
+            return voice        # the family's stage says which voices it has, and how to clone
         for name in ("ref_audio", "ref_text", "speaker_embedding"):
             if params.get(name) is not None:
                 raise SpeechError(400, f"voice {stored.name!r} is an uploaded voice: it replaces "

@@ -89,7 +89,7 @@ def serving(ckpt_dir: Path, requests: int):
         buf = io.BytesIO()
         sf.write(buf, (0.3 * np.sin(2 * np.pi * 140 * t) * (1 + np.sin(2 * np.pi * 2 * t))).astype(np.float32),
                  rate, format="WAV")
-        body = {"model": "cosyvoice3", "input": "Hello there, how are you today?", "stream": True,
+        body = {"model": "cosyvoice3", "input": "Hello there, how are you today?", "stream_format": "audio",
                 "response_format": "pcm", "ref_audio": base64.b64encode(buf.getvalue()).decode(),
                 "ref_text": "This is the reference recording."}
         for i in range(requests):

@@ -101,7 +101,7 @@ def main():
                 lambda t: {"text": t}, False, c, args.rounds)
             table[("ours, stream=true", c)] = run(
                 "ours stream=true", ours.url + "/v1/audio/speech",
-                lambda t: {"input": t, "stream": True}, True, c, args.rounds)
+                lambda t: {"input": t, "stream_format": "audio"}, True, c, args.rounds)
             table[("ours, whole file", c)] = run(
                 "ours whole file", ours.url + "/v1/audio/speech",
                 lambda t: {"input": t}, False, c, args.rounds)

@@ -134,7 +134,7 @@ def serving(checkpoint_dir: Path, frames: int) -> None:
     def one(k: int):
         start, first, size = time.perf_counter(), None, 0
         with httpx.stream("POST", stack.url + "/v1/audio/speech", timeout=3600, json={
-                "model": "qwen3_tts", "input": TEXTS[k % len(TEXTS)], "stream": True,
+                "model": "qwen3_tts", "input": TEXTS[k % len(TEXTS)], "stream_format": "audio",
                 "response_format": "pcm", "seed": k, "max_new_tokens": frames}) as r:
             r.raise_for_status()
             for piece in r.iter_bytes():

@@ -83,7 +83,7 @@ def test_seeded_streaming_equals_non_streaming(served, family, example):
     assert whole.status_code == 200, whole.text
     with httpx.stream("POST", served.url + "/v1/audio/speech", timeout=300,
                       json={"model": family.name, "input": TEXT, **example, "seed": 7,
-                            "response_format": "pcm", "stream": True}) as r:
+                            "response_format": "pcm", "stream_format": "audio"}) as r:
         assert r.status_code == 200
         pieces = list(r.iter_bytes())
     streamed, full = pcm16(b"".join(pieces)), pcm16(whole.content)
@@ -122,7 +122,7 @@ def in_flight(url: str) -> float:
 
 def test_client_disconnect_frees_its_slot_and_the_server_stays_healthy(served, family, example):
     body = {"model": family.name, "input": " ".join([TEXT] * 4), **example, "seed": 4,
-            "stream": True, "response_format": "pcm"}
+            "stream_format": "audio", "response_format": "pcm"}
     with httpx.stream("POST", served.url + "/v1/audio/speech", json=body, timeout=300) as r:
         assert r.status_code == 200
         next(r.iter_bytes())  # the first audio, then hang up

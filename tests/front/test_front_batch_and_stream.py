@@ -25,15 +25,18 @@ def test_batch_runs_each_item_with_the_batch_defaults_and_reports_each_outcome()
         r = client.post("/v1/audio/speech/batch", json={
             "model": "piper", "voice": "joe", "response_format": "wav", "seed": 3,
             "items": [{"input": "One."}, {"input": "Two.", "response_format": "pcm"},
-                      {"input": ""}, {"input": "Four.", "voice": "nobody"},
-                      {"input": "Five.", "sample_rate": 16000}]})
+                      {"input": ""}, {"input": "Four.", "language": "English"},
+                      {"input": "Five.", "sample_rate": 16000}, {"voice": "joe"},
+                      {"input": "Seven.", "speed": 9}]})
     body = r.json()
-    assert r.status_code == 200 and (body["total"], body["succeeded"], body["failed"]) == (5, 3, 2)
+    assert r.status_code == 200 and (body["total"], body["succeeded"], body["failed"]) == (7, 3, 4)
     status = [(x["index"], x["status"], x["status_code"]) for x in body["results"]]
     assert status == [(0, "success", 200), (1, "success", 200), (2, "error", 400),
-                      (3, "error", 400), (4, "success", 200)]
+                      (3, "error", 400), (4, "success", 200), (5, "error", 400), (6, "error", 400)]
+    assert body["results"][5]["error"] == "input: Field required"
+    assert "speed: Input should be less than or equal to 4" in body["results"][6]["error"]
     assert "input is empty" in body["results"][2]["error"]
-    assert "unknown voice 'nobody'" in body["results"][3]["error"]
+    assert "language is not supported by piper" in body["results"][3]["error"]
     audio, rate = sf.read(io.BytesIO(base64.b64decode(body["results"][0]["audio_data"])))
     assert rate == 22050 and audio.size == 4410
     assert body["results"][1]["media_type"] == "audio/pcm"

@@ -26,7 +26,7 @@ def speak(http, **body):
 @pytest.mark.parametrize("fmt", ["wav", "flac", "mp3", "opus", "aac"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_every_format_decodes(http, fmt, stream):
-    r = speak(http, response_format=fmt, stream=stream)
+    r = speak(http, response_format=fmt, **({"stream_format": "audio"} if stream else {}))
     assert r.status_code == 200, r.text
     audio, rate = decode(r.content)
     assert rate == RATES[fmt]
@@ -53,7 +53,7 @@ def test_default_request_is_wav(http):
 
 def test_streamed_wav_has_unknown_length_header(http):
     with http.stream("POST", "/v1/audio/speech",
-                     json={"input": THREE, "stream": True, "response_format": "wav"}) as r:
+                     json={"input": THREE, "stream_format": "audio", "response_format": "wav"}) as r:
         data = b"".join(r.iter_bytes())
     assert data[:4] == b"RIFF" and data[40:44] == b"\xff\xff\xff\xff"
     audio = pcm16(data[44:])
@@ -63,7 +63,7 @@ def test_streamed_wav_has_unknown_length_header(http):
 def test_streaming_equals_non_streaming_for_a_seed(http):
     body = {"input": THREE, "seed": 1234, "response_format": "pcm"}
     whole = speak(http, **body).content
-    with http.stream("POST", "/v1/audio/speech", json={**body, "stream": True}) as r:
+    with http.stream("POST", "/v1/audio/speech", json={**body, "stream_format": "audio"}) as r:
         streamed = b"".join(r.iter_bytes())
     assert len(whole) > 22050 * 2 * 3
     assert streamed == whole
@@ -110,7 +110,7 @@ def test_first_audio_arrives_before_the_whole_input_is_synthesized(http):
     start = time.perf_counter()
     arrivals = []
     with http.stream("POST", "/v1/audio/speech",
-                     json={"input": text, "stream": True, "response_format": "pcm"}) as r:
+                     json={"input": text, "stream_format": "audio", "response_format": "pcm"}) as r:
         for _ in r.iter_bytes():
             arrivals.append(time.perf_counter() - start)
     assert len(arrivals) >= 2
@@ -159,7 +159,7 @@ def test_models_health_metrics(http):
 def test_client_disconnect_mid_stream_leaves_server_healthy(http, stack):
     text = " ".join(["A sentence that keeps the stream busy for a while."] * 12)
     with httpx.Client(base_url=stack.url, timeout=60) as c:
-        with c.stream("POST", "/v1/audio/speech", json={"input": text, "stream": True}) as r:
+        with c.stream("POST", "/v1/audio/speech", json={"input": text, "stream_format": "audio"}) as r:
             next(r.iter_bytes())  # take the first chunk, then hang up
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

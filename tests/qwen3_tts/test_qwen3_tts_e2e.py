@@ -80,7 +80,7 @@ def test_streamed_pcm_equals_the_whole_file_for_a_seed(http):
     whole = pcm16(speak(http, response_format="pcm", max_new_tokens=40, seed=9).content)
     with http.stream("POST", "/v1/audio/speech", json={
             "model": "qwen3_tts", "input": TEXT, "max_new_tokens": 40, "seed": 9,
-            "response_format": "pcm", "stream": True}) as r:
+            "response_format": "pcm", "stream_format": "audio"}) as r:
         assert r.status_code == 200
         pieces = list(r.iter_bytes())
     streamed = pcm16(b"".join(pieces))

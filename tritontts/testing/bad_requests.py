@@ -68,7 +68,8 @@ SPEECH = [
     _speech("model is a number", 400, "valid string", "model", model=1),
     _speech("voice is a number", 400, "valid string", "voice", model="piper", voice=3),
     _speech("voice object without id", 400, "voice object", "voice", model="piper", voice={"name": "joe"}),
-    _speech("unknown piper voice", 400, "unknown voice 'nobody'", "voice", model="piper", voice="nobody"),
+    _speech("unknown piper voice", 400, "valid voices: default, joe", None, needs_triton=True,
+            model="piper", voice="nobody"),
     _speech("unknown response_format", 400, "response_format", "response_format", model="piper",
             response_format="ogg"),
     _speech("speed is text", 400, "valid number", "speed", model="piper", speed="fast"),
@@ -158,8 +159,8 @@ BATCH = [
         "at most 32", "items"),
     Bad("batch items not a list", "batch", {"model": "piper", "items": {"input": "Hi."}}, 400,
         "valid list", "items"),
-    Bad("batch item without input", "batch", {"model": "piper", "items": [{"voice": "joe"}]}, 400,
-        "field required", "input"),
+    Bad("batch item not an object", "batch", {"model": "piper", "items": ["Hi."]}, 400,
+        "valid dictionary", "items"),
     Bad("batch default of wrong type", "batch", {"model": "piper", "speed": "x",
                                                  "items": [{"input": "Hi."}]}, 400, "valid number", "speed"),
 ]
@@ -242,8 +243,9 @@ WEBSOCKET = [
     Bad("ws config hostile ref_audio", "ws",
         ['{"type": "session.config", "model": "cosyvoice3", "ref_text": "Hi.", '
          '"ref_audio": "http://169.254.169.254/"}'], 400, "link-local", "ref_audio"),
-    Bad("ws config unknown voice", "ws", ['{"type": "session.config", "model": "piper", '
-                                          '"voice": "nobody"}'], 400, "unknown voice", "voice"),
+    Bad("ws unknown voice", "ws", ['{"type": "session.config", "model": "piper", "voice": "nobody"}',
+                                   '{"type": "input.text", "text": "Hello there. "}'], 400,
+        "unknown voice", needs_triton=True),
     Bad("ws config bad granularity", "ws", ['{"type": "session.config", "model": "piper", '
                                             '"split_granularity": "word"}'], 400, "invalid session.config"),
     Bad("ws text not a string", "ws", [_CONFIG, '{"type": "input.text", "text": 5}'], 400,
