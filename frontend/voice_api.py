@@ -139,8 +139,9 @@ async def upload_voice(service: SpeechService, *, name: str, consent: str, audio
         m for m in service.models.values() if m.family.voice_encoder is not None]
     if not targets or any(m.family.voice_encoder is None for m in targets):
         cloning = [m.name for m in service.models.values() if m.family.voice_encoder]
-        raise SpeechError(400, f"{model or 'no served model'} does not clone voices"
-                          + (f"; models that do: {', '.join(cloning)}" if cloning else ""),
+        message = (f"{model} does not clone voices" if model else
+                   f"no served model clones voices (served: {', '.join(service.models)})")
+        raise SpeechError(400, message + (f"; models that do: {', '.join(cloning)}" if cloning else ""),
                           param="model" if model else None)
     params = (service.reference_params(voice) if audio is None else
               {"ref_audio": base64.b64encode(audio).decode(),

@@ -115,7 +115,7 @@ async def serve_session(socket: WebSocket, service: SpeechService,
             try:
                 message = await asyncio.wait_for(socket.receive(), timeout)
             except asyncio.TimeoutError:
-                what = "session.config" if session.config is None else "a message"
+                what = "session.config" if session.config is None else "message"
                 await session.send_error(f"no {what} within {timeout:g} s; closing", 408)
                 await socket.close(POLICY_VIOLATION)
                 return

@@ -122,3 +122,18 @@ def spec_of(stage) -> dict:
     from tritontts.cosyvoice3.prompt import VOICE_SPEC
 
     return VOICE_SPEC
+
+
+def test_a_voice_stored_from_a_speaker_embedding_speaks_as_the_embedding_does(encoder):
+    family, stage = encoder
+    if "speaker_embedding" not in family.fields:
+        with pytest.raises(InvalidRequest, match="speaker_embedding"):
+            stage.encode_voice(inputs_of({"speaker_embedding": [0.1, 0.2]}))
+        return
+    dim = stage.voice_spec["embedding"][1][0]
+    embedding = {"speaker_embedding": [float(np.sin(i)) for i in range(dim)], "seed": 3}
+    blob = stage.encode_voice(inputs_of(embedding))
+    stored = {VOICE_FEATURES: base64.b64encode(blob).decode(), "seed": 3}
+    direct, from_features = comparable(stage.run(inputs_of(embedding))), comparable(stage.run(inputs_of(stored)))
+    for name in direct:
+        np.testing.assert_array_equal(from_features[name], direct[name], err_msg=name)

@@ -6,6 +6,7 @@ Each family gets a stack serving only that family (module-scoped parameter, so p
 one family's tests together and starts each stack once)."""
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -138,6 +139,57 @@ def test_voices_the_family_lists_are_served(served, family, example):
                                Path(served.checkpoints[family.name])):
         r = speech(served, family, example, voice=voice, input="Hello.", seed=6)
         assert r.status_code == 200, (voice, r.text)
+
+
+def test_the_voices_listing_shows_the_family_builtin_voices(served, family):
+    listing = httpx.get(served.url + "/v1/audio/voices").json()
+    builtin = {d["name"] for d in listing["data"] if d["family"] == family.name and d["kind"] == "builtin"}
+    expected = family.voices(None if not family.checkpoint_required else Path(served.checkpoints[family.name]))
+    assert builtin == set(expected) and builtin <= set(listing["voices"])
+
+
+# A well-typed value for each speech field a family may or may not take.
+FIELD_VALUES = {"task_type": "Base", "language": "English", "ref_audio": "UklGRg==", "ref_text": "Hi.",
+                "x_vector_only_mode": True, "speaker_embedding": [0.1, 0.2], "max_new_tokens": 5,
+                "seed": 1, "initial_codec_chunk_frames": 2, "non_streaming_mode": True,
+                "word_timestamps": True, "instructions": "Softly."}
+
+
+def test_speech_fields_the_family_does_not_take_are_400_naming_the_field(served, family, example):
+    from frontend.protocol import FAMILY_FIELDS
+
+    untaken = [f for f in FAMILY_FIELDS if f not in family.fields]
+    for name in untaken:
+        r = speech(served, family, example, **{name: FIELD_VALUES[name]})
+        assert r.status_code == 400, (name, r.text)
+        assert r.json()["error"]["param"] == name and "not supported" in r.json()["error"]["message"]
+    assert set(FIELD_VALUES) == set(FAMILY_FIELDS)
+
+
+def test_an_uploaded_voice_is_spoken_by_name_where_the_checkpoint_clones(served, family, case, example):
+    """Families whose checkpoint clones store the voice and speak it by name; the others
+    refuse the upload saying why (and store nothing)."""
+    from tritontts.testing.bad_requests import wav
+
+    name = "contract-" + "-".join(filter(None, case))
+    reference = (base64.b64decode(example["ref_audio"]) if "ref_audio" in example else wav(3.0))
+    r = httpx.post(served.url + "/v1/audio/voices", timeout=300,
+                   data={"name": name, "consent": "contract", "ref_text": example.get("ref_text", "Hi there.")},
+                   files={"audio_sample": ("ref.wav", reference, "audio/wav")})
+    listed = [v["name"] for v in httpx.get(served.url + "/v1/audio/voices").json()["uploaded_voices"]]
+    if family.voice_encoder is None or "ref_audio" not in example:
+        message = r.json()["error"]["message"]
+        assert r.status_code == 400 and ("clone" in message or "checkpoint" in message), r.text
+        assert name not in listed
+        return
+    assert r.status_code == 200, r.text
+    assert name in listed
+    rest = {k: v for k, v in example.items() if k not in ("ref_audio", "ref_text")}
+    spoken = speech(served, family, rest, voice=name.upper(), seed=8, response_format="wav")
+    assert spoken.status_code == 200, spoken.text
+    audio, rate = decode(spoken.content)
+    assert rate == family.capabilities.sample_rate and audio.size > 0
+    assert httpx.delete(f"{served.url}/v1/audio/voices/{name}").status_code == 200
 
 
 def test_perf_analyzer_streams_from_the_ensemble(served, family, example, tmp_path):

@@ -191,3 +191,16 @@ def test_long_input_streams_segment_after_segment(stack):
     assert finals[-1] and not any(finals[:-1])
     seconds = sum(c.as_numpy("audio").size for c in chunks) / 24000
     assert len(chunks) >= 6 and seconds > 3
+
+
+def test_sampling_overrides_reach_the_talkers_repetition_aware_sampling(http):
+    """top_k 1 with a repetition rule that never fires (tau_r 2 over a window of 1) is greedy:
+    the seed no longer matters. Control: with the checkpoint's sampling, two seeds differ."""
+    greedy = {"top_k": 1, "win_size": 1, "tau_r": 2.0}
+    a = speak(http, seed=1, response_format="pcm", extra_params=greedy)
+    b = speak(http, seed=2, response_format="pcm", extra_params=greedy)
+    assert a.status_code == b.status_code == 200, a.text
+    assert a.content == b.content
+    assert speak(http, seed=1, response_format="pcm").content != speak(http, seed=2, response_format="pcm").content
+    bad = speak(http, temperature=0.5)
+    assert bad.status_code == 400 and "temperature" in bad.json()["error"]["message"]

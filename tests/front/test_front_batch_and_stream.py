@@ -13,10 +13,13 @@ import av
 import numpy as np
 import soundfile as sf
 from fake_triton import FakeTritonClient, run_async, serving, tone_chunks
+from fastapi import FastAPI, WebSocket
 from starlette.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
 
 from frontend.app import create_app
-from frontend.websocket import TextSplitter
+from frontend.serving import SpeechService, served_models
+from frontend.websocket import TextSplitter, serve_session
 
 
 def test_batch_runs_each_item_with_the_batch_defaults_and_reports_each_outcome():
@@ -144,3 +147,26 @@ def test_openai_formats_decode_at_the_asked_rate():
                 samples = sum(f.samples for f in container.decode(stream))
             assert r.status_code == 200 and stream.rate == 48000, fmt
             assert abs(samples / 48000 - 0.4) < 0.1, (fmt, samples)
+
+
+def test_websocket_without_config_in_time_or_idle_too_long_is_told_and_closed():
+    app = FastAPI()
+
+    @app.websocket("/ws")
+    async def session(socket: WebSocket):
+        service = SpeechService(FakeTritonClient(), served_models(["piper"]))
+        await serve_session(socket, service, config_timeout=0.2, idle_timeout=0.3)
+
+    with TestClient(app) as client:
+        with client.websocket_connect("/ws") as ws:
+            error = ws.receive_json()
+            assert (error["status"], error["message"]) == (408, "no session.config within 0.2 s; closing")
+            try:
+                ws.receive_text()
+                raise AssertionError("still open")
+            except WebSocketDisconnect as closed:
+                assert closed.code == 1008
+        with client.websocket_connect("/ws") as ws:
+            ws.send_text(json.dumps({"type": "session.config"}))
+            assert ws.receive_json()["type"] == "session.configured"
+            assert ws.receive_json()["message"] == "no message within 0.3 s; closing"

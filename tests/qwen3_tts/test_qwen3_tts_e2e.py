@@ -86,3 +86,16 @@ def test_streamed_pcm_equals_the_whole_file_for_a_seed(http):
     streamed = pcm16(b"".join(pieces))
     assert len(pieces) >= 2 and streamed.size == whole.size == 40 * FRAME
     assert float(np.abs(streamed - whole).max()) == 0.0
+
+
+def test_sampling_overrides_in_extra_params_reach_both_samplers(http):
+    """Greedy talker (temperature 0) and code predictor (subtalker_top_k 1): the seed no
+    longer matters. Control: with the checkpoint's sampling, two seeds differ."""
+    greedy = {"temperature": 0, "subtalker_top_k": 1}
+    a = speak(http, seed=1, response_format="pcm", extra_params=greedy)
+    b = speak(http, seed=2, response_format="pcm", extra_params=greedy)
+    assert a.status_code == b.status_code == 200, a.text
+    assert a.content == b.content
+    assert speak(http, seed=1, response_format="pcm").content != speak(http, seed=2, response_format="pcm").content
+    bad = speak(http, extra_params={"top_p": 0})
+    assert bad.status_code == 400 and "top_p must be above 0" in bad.json()["error"]["message"]

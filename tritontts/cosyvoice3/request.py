@@ -1,13 +1,16 @@
 """Per-request parameters of the CosyVoice3 family: the one place that validates them."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..sampling import sampling_overrides
 from ..stage import InvalidRequest, audio_param, reject_unknown, seed_param
 from ..voice import VOICE_FEATURES, voice_features_param
 
-KNOWN = {"ref_audio", "ref_text", "seed", "speed", VOICE_FEATURES}
+# Upstream's repetition-aware sampling knobs (cosyvoice3.yaml llm.sampling), overridable.
+SAMPLING_KNOBS = ("top_p", "top_k", "win_size", "tau_r")
+KNOWN = {"ref_audio", "ref_text", "seed", "speed", VOICE_FEATURES, *SAMPLING_KNOBS}
 
 
 @dataclass(frozen=True)
@@ -16,6 +19,7 @@ class CosyVoice3Params:
     ref_text: str | None
     seed: int | None
     voice_features: bytes | None = None   # a stored voice's features (tritontts.voice)
+    sampling: dict = field(default_factory=dict)   # checked overrides (tritontts.sampling)
 
 
 def parse_cosyvoice3_params(params: dict[str, Any]) -> CosyVoice3Params:
@@ -29,9 +33,11 @@ def parse_cosyvoice3_params(params: dict[str, Any]) -> CosyVoice3Params:
             raise InvalidRequest("a stored voice (voice_features) replaces ref_audio and ref_text; "
                                  "send one or the other")
         return CosyVoice3Params(None, None, seed_param(params),
-                                voice_features_param(params[VOICE_FEATURES]))
+                                voice_features_param(params[VOICE_FEATURES]),
+                                sampling_overrides(params, SAMPLING_KNOBS))
     if not ref_audio or not isinstance(ref_audio, str):
         raise InvalidRequest("cosyvoice3 clones a voice: ref_audio (base64 audio, 1-30 s) is required")
     if not ref_text or not isinstance(ref_text, str) or not ref_text.strip():
         raise InvalidRequest("cosyvoice3 clones a voice: ref_text (the transcript of ref_audio) is required")
-    return CosyVoice3Params(audio_param(ref_audio), ref_text.strip(), seed_param(params))
+    return CosyVoice3Params(audio_param(ref_audio), ref_text.strip(), seed_param(params),
+                            sampling=sampling_overrides(params, SAMPLING_KNOBS))

@@ -17,6 +17,8 @@ from typing import Any, AsyncIterator
 import numpy as np
 import torch
 
+from .. import sampling
+from ..sampling import SAMPLING
 from ..stage import (AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest,
                      Stage, StageContext, begin_request, parse_params)
 from ..text import normalize, split_sentences
@@ -72,6 +74,7 @@ class CosyVoice3PromptStage(Stage):
             "min_tokens": [seg.min_tokens for seg in job.segments],
             "max_tokens": [seg.max_tokens for seg in job.segments],
             "seed": start.seed,
+            SAMPLING: sampling.encode(start.params.sampling),
             "prompt_tokens": job.prompt.speech_tokens,
             "prompt_mel": job.prompt.mel,
             "embedding": job.prompt.embedding,
@@ -142,21 +145,23 @@ class CosyVoice3TalkerStage(VllmTalkerStage):
         prompts = np.split(inputs.flat("prompt_ids"), np.cumsum(inputs.flat("segment_lengths"))[:-1])
         min_tokens, max_tokens = inputs.flat("min_tokens"), inputs.flat("max_tokens")
         seed = int(inputs.scalar("seed"))
+        ras = sampling.apply(self.sampling, sampling.decode(inputs.scalar(SAMPLING, "")))
         prompt_tokens = inputs.flat("prompt_tokens").size
         for k, prompt_ids in enumerate(prompts):
             last_segment = k == len(prompts) - 1
             async for tokens, chunk in self.talk(
                     f"{stream_id}-{k}", prompt_ids.tolist(), int(min_tokens[k]), int(max_tokens[k]),
-                    (seed + k) % 2**63, prompt_tokens, inputs.cancelled):
+                    (seed + k) % 2**63, prompt_tokens, inputs.cancelled, ras):
                 yield {"speech_tokens": tokens[:chunk.tokens_upto],
                        "token_offset": chunk.token_offset,
                        "segment_end": chunk.segment_end,
                        IS_FINAL: chunk.segment_end and last_segment}
 
     async def talk(self, request_id: str, prompt_ids: list[int], min_tokens: int, max_tokens: int,
-                   seed: int, prompt_tokens: int, cancelled=lambda: False
+                   seed: int, prompt_tokens: int, cancelled=lambda: False, ras: dict | None = None
                    ) -> AsyncIterator[tuple[list[int], TokenChunk]]:
-        """One segment's generation: (speech tokens so far, chunk) per hop, then the last."""
+        """One segment's generation: (speech tokens so far, chunk) per hop, then the last.
+        `ras`: the RAS knobs (default: the checkpoint's llm.sampling)."""
         from vllm import SamplingParams
 
         room = self.max_model_len - len(prompt_ids)
@@ -167,7 +172,7 @@ class CosyVoice3TalkerStage(VllmTalkerStage):
             temperature=1.0, top_p=1.0, top_k=0, seed=seed, detokenize=False,
             min_tokens=min_tokens, max_tokens=min(max_tokens, room),
             allowed_token_ids=self.vocab.allowed_ids, stop_token_ids=self.vocab.stop_ids,
-            extra_args=ras_extra_args(self.vocab, self.sampling))
+            extra_args=ras_extra_args(self.vocab, ras or self.sampling))
         chunker = TokenChunker(self.schedule, prompt_tokens)
         tokens: list[int] = []
         stop = set(self.vocab.stop_ids)

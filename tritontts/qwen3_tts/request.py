@@ -18,6 +18,9 @@ voice input, handled by the stage: the CustomVoice speaker, any case):
   non_streaming_mode         true: the whole text in the prefill (the reference wrapper's
                              CustomVoice/VoiceDesign default); absent/false: text fed step by
                              step (the reference generate()'s default)
+  temperature, top_k, top_p, repetition_penalty, subtalker_temperature, subtalker_top_k,
+  subtalker_top_p            sampling overrides (over generation_config.json), e.g. in
+                             extra_params; tritontts.sampling checks them
   voice_features             Base: a stored voice's features (tritontts.voice; the front
                              sends them for a voice uploaded with POST /v1/audio/voices)
 
@@ -27,16 +30,19 @@ check_task checks the request against the loaded checkpoint (kind, languages, si
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..sampling import sampling_overrides
 from ..stage import InvalidRequest, audio_param, reject_unknown, seed_param
 from ..voice import VOICE_FEATURES, voice_features_param
 from .checkpoint import AUTO_LANGUAGE, KIND_OF_TASK, TASK_OF_KIND
 
+SAMPLING_KNOBS = ("temperature", "top_k", "top_p", "repetition_penalty", "subtalker_temperature",
+                  "subtalker_top_k", "subtalker_top_p")
 KNOWN = {"task_type", "instructions", "language", "ref_audio", "ref_text", "x_vector_only_mode",
          "speaker_embedding", "max_new_tokens", "seed", "initial_codec_chunk_frames",
-         "non_streaming_mode", VOICE_FEATURES}
+         "non_streaming_mode", VOICE_FEATURES, *SAMPLING_KNOBS}
 TASKS = tuple(KIND_OF_TASK)
 MAX_INSTRUCTIONS_CHARS = 4096
 MAX_TEXT_FIELD_CHARS = 4096
@@ -67,6 +73,7 @@ class Qwen3TTSParams:
     initial_codec_chunk_frames: int | None
     voice_features: bytes | None = None
     non_streaming_mode: bool = False
+    sampling: dict = field(default_factory=dict)   # checked overrides (tritontts.sampling)
 
     @property
     def in_context(self) -> bool:
@@ -161,7 +168,8 @@ def parse_qwen3_tts_params(params: dict[str, Any]) -> Qwen3TTSParams:
         ref_text=ref_text, x_vector_only_mode=bool(x_vector_only), speaker_embedding=embedding,
         max_new_tokens=_int(params, "max_new_tokens", 1, MAX_NEW_TOKENS), seed=seed_param(params),
         initial_codec_chunk_frames=_int(params, "initial_codec_chunk_frames", 1, MAX_INITIAL_CHUNK_FRAMES),
-        voice_features=features, non_streaming_mode=bool(non_streaming))
+        voice_features=features, non_streaming_mode=bool(non_streaming),
+        sampling=sampling_overrides(params, SAMPLING_KNOBS))
 
 
 def check_task(params: Qwen3TTSParams, kind: str, *, languages: Iterable[str] | None = None,

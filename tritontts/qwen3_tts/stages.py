@@ -23,6 +23,8 @@ import torch
 from ..audio import decode_audio, resample
 from ..stage import (AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest,
                      Stage, StageContext, begin_request, parse_params)
+from .. import sampling
+from ..sampling import SAMPLING
 from ..vllm_talker import VllmTalkerStage
 from ..voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .checkpoint import Qwen3TTSCheckpoint, open_checkpoint
@@ -100,6 +102,7 @@ class Qwen3TTSPromptStage(Stage):
             "max_frames": max_frames,
             "first_chunk_frames": start.params.initial_codec_chunk_frames or 0,
             "seed": start.seed,
+            SAMPLING: sampling.encode(start.params.sampling),
             STREAM_ID: start.stream_id,
         }
 
@@ -251,16 +254,21 @@ class Qwen3TTSTalkerStage(VllmTalkerStage):
                 raise InvalidRequest(f"the prompt needs {prompt.shape[0]} of the talker's "
                                      f"{self.max_model_len} positions: shorten the text or reference")
         g = self.checkpoint.generation
+        overrides = sampling.decode(inputs.scalar(SAMPLING, ""))
         key = f"{stream_id}"
         stream = FrameStream(
             prompt, steps, torch.from_numpy(np.array(inputs["pad_embed"], np.float32)),
             torch.Generator().manual_seed(seed),
-            {"do_sample": g.subtalker_dosample, "temperature": g.subtalker_temperature,
-             "top_k": g.subtalker_top_k, "top_p": g.subtalker_top_p})
+            {"do_sample": g.subtalker_dosample, **sampling.apply(
+                {"temperature": g.subtalker_temperature, "top_k": g.subtalker_top_k,
+                 "top_p": g.subtalker_top_p}, overrides, "subtalker_")})
         register(key, stream)
+        main = sampling.apply({"temperature": g.temperature if g.do_sample else 0.0,
+                               "top_k": g.top_k if g.do_sample else 0, "top_p": g.top_p,
+                               "repetition_penalty": g.repetition_penalty}, overrides)
         params = SamplingParams(
-            temperature=g.temperature if g.do_sample else 0.0, top_k=g.top_k if g.do_sample else 0,
-            top_p=g.top_p, repetition_penalty=g.repetition_penalty, seed=seed,
+            temperature=main["temperature"], top_k=main["top_k"], top_p=main["top_p"],
+            repetition_penalty=main["repetition_penalty"], seed=seed,
             max_tokens=max_frames + 1, min_tokens=2, stop_token_ids=[self.eos],
             allowed_token_ids=self.allowed_ids, detokenize=False, extra_args={FRAMES_ARG: key})
         first = int(inputs.scalar("first_chunk_frames")) or self.first_chunk_frames
