@@ -5,8 +5,11 @@ a batch of mixed items, and the OpenAI SDK in every format."""
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import numpy as np
@@ -24,7 +27,20 @@ REFERENCE = {"ref_text": "This is the reference voice."}
 
 
 @pytest.fixture(scope="module")
-def server(stacks, random_checkpoints, caches, tmp_path_factory):
+def media(tmp_path_factory):
+    """A folder the server may read file:// references from, served over HTTP on loopback
+    too (which the server is told it may fetch from)."""
+    folder = tmp_path_factory.mktemp("media")
+    (folder / "reference.wav").write_bytes(reference_wav())
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(folder))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield folder, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server(stacks, random_checkpoints, caches, tmp_path_factory, media):
     """A server of its own (it is restarted), keeping voices in one folder across restarts."""
     stacks.close()          # one server at a time on this machine
     voices = tmp_path_factory.mktemp("voices")
@@ -34,7 +50,9 @@ def server(stacks, random_checkpoints, caches, tmp_path_factory):
         def start(self):
             self.stack = Stack(tmp_path_factory.mktemp("speech-api"), SERVED,
                                {"cosyvoice3": checkpoint}, caches,
-                               extra_args=("--voices-dir", str(voices))).start()
+                               extra_args=("--voices-dir", str(voices), "--allow-media-host",
+                                           "127.0.0.1", "--allowed-local-media-path",
+                                           str(media[0]))).start()
             self.url = self.stack.url
             return self
 
@@ -93,6 +111,16 @@ def test_uploaded_voice_speaks_exactly_like_its_reference_and_survives_a_restart
     assert http.delete("/v1/audio/voices/Narrator").status_code == 200
     gone = http.post("/v1/audio/speech", json={"model": "cosyvoice3", "input": "Hi.", "voice": "Narrator"})
     assert gone.status_code == 400
+
+
+def test_ref_audio_by_http_url_and_by_file_url_speaks_as_inline_base64(http, media):
+    folder, base = media
+    inline = speak(http, ref_audio=base64.b64encode(reference_wav()).decode(), **REFERENCE)
+    assert speak(http, ref_audio=f"{base}/reference.wav", **REFERENCE) == inline
+    assert speak(http, ref_audio=(folder / "reference.wav").as_uri(), **REFERENCE) == inline
+    outside = http.post("/v1/audio/speech", json={"model": "cosyvoice3", "input": "Hi.", **REFERENCE,
+                                                  "ref_audio": f"file://{folder}/../x.wav"})
+    assert outside.status_code == 400 and outside.json()["error"]["param"] == "ref_audio"
 
 
 def test_websocket_fed_word_by_word_speaks_before_input_done(server, whisper):

@@ -10,6 +10,7 @@ from fake_triton import FakeTritonClient
 from starlette.testclient import TestClient
 
 from frontend.app import create_app
+from frontend.media import MediaPolicy
 from tritontts.testing.bad_requests import SERVED, TABLE, check_http, check_ws
 
 CASES = [c for c in TABLE if not c.needs_triton]
@@ -18,8 +19,9 @@ CASES = [c for c in TABLE if not c.needs_triton]
 @pytest.fixture(scope="module")
 def front(tmp_path_factory):
     fake = FakeTritonClient()
-    app = create_app("fake:0", list(SERVED), client=fake,
-                     voices_dir=tmp_path_factory.mktemp("voices"))
+    app = create_app("fake:0", list(SERVED), client=fake, voices_dir=tmp_path_factory.mktemp("voices"),
+                     media=MediaPolicy(allowed_local_media_path=tmp_path_factory.mktemp("media"),
+                                       allowed_hosts=frozenset({"127.0.0.1"})))
     with TestClient(app, raise_server_exceptions=True) as client:
         yield client, fake
 

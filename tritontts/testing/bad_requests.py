@@ -3,7 +3,9 @@ and the WebSocket, each with the status (or WebSocket error status) it must get 
 its message must contain. One table, run against the front on a scripted Triton (unit) and
 against the real server (end to end), which must stay healthy after every one.
 
-The served models are piper and cosyvoice3 (no voice upload named BAD_VOICE_PREFIX*).
+The server serves piper and cosyvoice3 with file:// references allowed under some folder
+(not /etc) and 127.0.0.1 allowed as a media host (`--allowed-local-media-path`,
+`--allow-media-host`), as the end-to-end test starts it.
 """
 from __future__ import annotations
 
@@ -131,11 +133,11 @@ SPEECH = [
     _speech("ref_audio bad base64", 400, "base64", "ref_audio", ref_audio="not base64!!", **_clone()),
     _speech("ref_audio metadata address", 400, "link-local", "ref_audio",
             ref_audio="http://169.254.169.254/latest/meta-data/", **_clone()),
-    _speech("ref_audio loopback", 400, "loopback", "ref_audio", ref_audio="http://127.0.0.1:1/a.wav",
+    _speech("ref_audio loopback", 400, "loopback", "ref_audio", ref_audio="http://[::1]:1/a.wav",
             **_clone()),
     _speech("ref_audio private network", 400, "private", "ref_audio", ref_audio="http://10.1.2.3/a.wav",
             **_clone()),
-    _speech("ref_audio file url not allowed", 400, "--allowed-local-media-path", "ref_audio",
+    _speech("ref_audio file url outside the allowed folder", 400, "/etc/passwd is outside", "ref_audio",
             ref_audio="file:///etc/passwd", **_clone()),
     _speech("ref_audio ftp", 400, "ftp", "ref_audio", ref_audio="ftp://example.com/a.wav", **_clone()),
     _speech("ref_audio data url of text", 400, "text/plain", "ref_audio",
