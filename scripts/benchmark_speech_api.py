@@ -82,10 +82,10 @@ def first_audio(url: str, body: dict) -> tuple[float, int]:
     with httpx.stream("POST", url + "/v1/audio/speech", content=payload, timeout=600,
                       headers={"content-type": "application/json"}) as r:
         assert r.status_code == 200, r.read()
-        next(r.iter_bytes())
-        elapsed = time.perf_counter() - start
+        elapsed = None
         for _ in r.iter_bytes():
-            pass
+            if elapsed is None:
+                elapsed = time.perf_counter() - start
     return elapsed, len(payload)
 
 
