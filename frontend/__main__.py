@@ -197,6 +197,7 @@ def main(argv=None) -> int:
         if triton is not None:
             print(f"starting tritonserver ({', '.join(models)}) ...", flush=True)
             triton.start().wait_ready()
+            triton.supervise()          # a tritonserver that dies is brought back
             triton_url = triton.grpc_url
         app = create_app(triton_url, models, args.max_in_flight, args.request_timeout,
                          checkpoints=served_checkpoints(families, instances, env),

@@ -100,8 +100,8 @@ class StoredVoice:
 class VoiceStore:
     def __init__(self, root: Path | None, max_voices: int = 1000, preload: list[Path] = ()):
         """root None: voices live in memory only (nothing persists) - for tests of the front."""
+        # Created on the first upload: a front nobody uploads to leaves no trace.
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="tritontts-voices-"))
-        self.root.mkdir(parents=True, exist_ok=True)
         self.max_voices = max_voices
         self.voices: dict[str, StoredVoice] = {}
         self._lock = threading.Lock()
@@ -109,7 +109,8 @@ class VoiceStore:
             shutil.rmtree(leftover, ignore_errors=True)
         for directory in preload:
             self._load(Path(directory), "precomputed")
-        self._load(self.root, "uploaded")
+        if self.root.is_dir():
+            self._load(self.root, "uploaded")
 
     def _load(self, directory: Path, kind: str) -> None:
         if not directory.is_dir():
@@ -159,6 +160,7 @@ class VoiceStore:
         with self._lock:
             self.check_new(voice.name)
             final = self.root / voice_key(voice.name)
+            self.root.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=self.root))
             try:
                 if reference is not None:

@@ -9,6 +9,7 @@ which interpreter it is) comes from PATH, so this environment's bin goes first t
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -16,9 +17,12 @@ import site
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+logger = logging.getLogger("tritontts.tritonserver")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORIES = (REPO_ROOT / "model_repository", REPO_ROOT / "ensembles")
@@ -122,6 +126,9 @@ class TritonServer:
     env: dict[str, str] = field(default_factory=dict)
     log_path: Path | None = None
     process: subprocess.Popen | None = None
+    restarts: int = 0                       # times supervise() brought the server back
+    _stopping: bool = field(default=False, repr=False)
+    _supervisor: threading.Thread | None = field(default=None, repr=False)
 
     def command(self) -> list[str]:
         cmd = [*base_command(), "--model-control-mode=explicit",
@@ -151,6 +158,8 @@ class TritonServer:
         client = grpcclient.InferenceServerClient(self.grpc_url)
         try:
             while time.monotonic() < deadline:
+                if self._stopping:
+                    raise RuntimeError("tritonserver is being stopped")
                 if self.process and self.process.poll() is not None:
                     raise RuntimeError(f"tritonserver exited with code {self.process.returncode}"
                                        + (f"; see {self.log_path}" if self.log_path else ""))
@@ -165,7 +174,46 @@ class TritonServer:
         raise TimeoutError(f"tritonserver not ready after {timeout:.0f}s"
                            + (f"; see {self.log_path}" if self.log_path else ""))
 
+    def supervise(self, poll_s: float = 0.5, max_backoff_s: float = 30.0) -> None:
+        """Bring the server back whenever it exits without stop() (killed, crashed): what
+        its process group left (Python stubs, vLLM engine cores: still running, holding
+        cores and memory) is killed first, then it starts again on the same ports with the
+        same models. Clients get 503 meanwhile and need no reconnect: gRPC channels do."""
+        def watch():
+            backoff = 1.0
+            while not self._stopping:
+                code = self.process.poll()
+                if code is None:
+                    time.sleep(poll_s)
+                    continue
+                logger.error("tritonserver exited with code %s; restarting it in %.0f s", code, backoff)
+                self._kill_group()
+                time.sleep(backoff)
+                if self._stopping:
+                    return
+                try:
+                    self.start().wait_ready()
+                    self.restarts += 1
+                    backoff = 1.0
+                    logger.warning("tritonserver is back (restart %d)", self.restarts)
+                except Exception as exc:  # noqa: BLE001 - try again, waiting longer
+                    logger.error("tritonserver restart failed: %s", exc)
+                    backoff = min(2 * backoff, max_backoff_s)
+
+        self._supervisor = threading.Thread(target=watch, name="tritonserver-supervisor", daemon=True)
+        self._supervisor.start()
+
+    def _kill_group(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
     def stop(self, timeout: float = 30.0) -> None:
+        self._stopping = True
+        if self._supervisor is not None:
+            self._supervisor.join(timeout)   # a restart in progress gives up (wait_ready)
         if not self.process:
             return
         if self.process.poll() is None:
@@ -176,11 +224,7 @@ class TritonServer:
                 pass
         # Whatever the server left in its process group (a stub, vLLM's engine-core process
         # holding its KV cache) goes too: nothing may outlive the server.
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait()
+        self._kill_group()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,70 @@
+"""tritonserver killed (SIGKILL) mid-stream: the stream in flight ends with an error the
+client sees, new requests get 503 while it is down, what the dead server left (its Python
+stubs) is killed, the launcher brings tritonserver back, and the front serves again by
+itself."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from tritontts.testing.audio import decode, rms
+from tritontts.testing.stack import Stack
+
+TEXT = " ".join(["A sentence that keeps the stream busy for a little while."] * 10)
+
+
+def group_members(pgid: int) -> set[int]:
+    out = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True)
+    return {int(p) for p in out.stdout.split()}
+
+
+def tritonserver_pid(grpc_port: int) -> int:
+    out = subprocess.run(["pgrep", "-f", "--", f"--grpc-port={grpc_port}"], capture_output=True, text=True)
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 1, pids
+    return pids[0]
+
+
+@pytest.fixture
+def own_stack(stacks, caches, tmp_path):
+    stacks.close()      # one server at a time; this one gets killed
+    stack = Stack(tmp_path, ("piper",), {}, caches).start()
+    yield stack
+    assert stack.stop() == 0, stack.tail()
+
+
+def test_killed_tritonserver_cuts_the_stream_with_an_error_then_comes_back(own_stack):
+    url = own_stack.url
+    pid = tritonserver_pid(own_stack.grpc_port)
+    before = group_members(pid)
+    assert len(before) > 1, "the stub processes run in tritonserver's process group"
+    events = []
+    with httpx.stream("POST", url + "/v1/audio/speech", timeout=120,
+                      json={"input": TEXT, "stream": True, "response_format": "pcm"}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                if len(events) == 1:
+                    os.kill(pid, signal.SIGKILL)
+    assert events[0]["type"] == "speech.audio.delta"
+    assert events[-1]["type"] == "speech.audio.error" and events[-1]["error"]["partial_audio"], events[-1]
+
+    down = httpx.post(url + "/v1/audio/speech", json={"input": "Hello."}, timeout=60)
+    assert down.status_code == 503 and down.headers["retry-after"], down.text
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and httpx.get(url + "/health", timeout=5).status_code != 200:
+        time.sleep(1)
+    assert httpx.get(url + "/health", timeout=5).status_code == 200, own_stack.tail()
+    assert group_members(pid) == set(), "the dead server's stubs still run"
+    assert tritonserver_pid(own_stack.grpc_port) != pid
+    again = httpx.post(url + "/v1/audio/speech", json={"input": "Back again.", "response_format": "wav"},
+                       timeout=120)
+    audio, rate = decode(again.content)
+    assert again.status_code == 200 and rate == 22050 and rms(audio) > 0.02
