@@ -70,6 +70,9 @@ def parse_args(argv=None):
     parser.add_argument("--request-timeout", type=float, default=600.0,
                         help="seconds a request may take end to end before it fails (503)")
     parser.add_argument("--triton-log", help="file for tritonserver's log (default: stdout)")
+    parser.add_argument("--api-key", default=os.environ.get("TRITONTTS_API_KEY"),
+                        help="require `Authorization: Bearer KEY` on every route but /health "
+                             "(default: $TRITONTTS_API_KEY; unset: no key)")
     voices = parser.add_argument_group("voices and reference audio")
     voices.add_argument("--voices-dir", type=Path, default=default_voices_dir(),
                         help="where uploaded voices are kept across restarts (default: %(default)s)")
@@ -204,7 +207,8 @@ def main(argv=None) -> int:
                          voices_dir=args.voices_dir, preload_voices=args.preload_voices,
                          max_voices=args.max_voices,
                          media=MediaPolicy(allowed_local_media_path=args.allowed_local_media_path,
-                                           allowed_hosts=frozenset(args.allow_media_host)))
+                                           allowed_hosts=frozenset(args.allow_media_host)),
+                         api_key=args.api_key)
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
         server = uvicorn.Server(config)
         shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hmac
+import logging
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,10 +27,40 @@ from .voice_api import MAX_UPLOAD_BYTES, delete_voice, list_voices, upload_voice
 from .voices import VoiceStore
 from .websocket import serve_session
 
+logger = logging.getLogger("tritontts.frontend")
+
 # Largest request body: a speech request may carry a 16 MiB reference as base64, a batch
 # a few of them; anything larger is refused before it is read.
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_UPLOAD_BODY_BYTES = MAX_UPLOAD_BYTES + 1024 * 1024     # the form fields around the file
+
+
+class ApiKey:
+    """With an API key set, every route but /health needs `Authorization: Bearer <key>`
+    (a WebSocket may send it as ?api_key=, since browsers cannot set its headers)."""
+
+    OPEN = ("/health",)
+
+    def __init__(self, app, key: str | None):
+        self.app, self.key = app, key
+
+    async def __call__(self, scope, receive, send):
+        if self.key is None or scope["type"] not in ("http", "websocket") or scope["path"] in self.OPEN:
+            return await self.app(scope, receive, send)
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        given = header[7:] if header.lower().startswith("bearer ") else ""
+        if not given and scope["type"] == "websocket":
+            from urllib.parse import parse_qs
+
+            given = (parse_qs(scope.get("query_string", b"").decode()).get("api_key") or [""])[0]
+        if hmac.compare_digest(given.encode(), self.key.encode()):
+            return await self.app(scope, receive, send)
+        if scope["type"] == "websocket":
+            await receive()                                     # websocket.connect
+            return await send({"type": "websocket.close", "code": 1008})
+        response = error_response(401, "a valid API key is required: send Authorization: Bearer <key>",
+                                  "authentication_error", headers={"WWW-Authenticate": "Bearer"})
+        return await response(scope, receive, send)
 
 
 class BodyLimit:
@@ -78,7 +110,8 @@ def create_app(triton_url: str, families: list[str], max_in_flight: int = 64,
                request_timeout_s: float = 600.0, client: SpeechClient | None = None, *,
                checkpoints: dict[str, Path | None] | None = None,
                voices_dir: Path | None = None, preload_voices: list[Path] = (),
-               max_voices: int = 1000, media: MediaPolicy | None = None) -> FastAPI:
+               max_voices: int = 1000, media: MediaPolicy | None = None,
+               api_key: str | None = None) -> FastAPI:
     """`client` replaces the gRPC client to triton_url (the front's unit tests script one)."""
     models = served_models(families, checkpoints)
     store = VoiceStore(voices_dir, max_voices, list(preload_voices))
@@ -94,6 +127,7 @@ def create_app(triton_url: str, families: list[str], max_in_flight: int = 64,
     app = FastAPI(title="tritontts", summary="OpenAI audio API on Triton", lifespan=lifespan)
 
     app.add_middleware(BodyLimit)
+    app.add_middleware(ApiKey, key=api_key or None)   # outermost: nothing is read unauthenticated
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(_: Request, exc: RequestValidationError):
@@ -108,6 +142,14 @@ def create_app(triton_url: str, families: list[str], max_in_flight: int = 64,
         message = (f"{request.method} {request.url.path} does not exist on this server"
                    if exc.status_code in (404, 405) else str(exc.detail))
         return error_response(exc.status_code, message)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        # The trace goes to the log, never to the client.
+        incident = uuid.uuid4().hex[:12]
+        logger.exception("unexpected error %s on %s %s", incident, request.method, request.url.path)
+        return error_response(500, f"internal error (incident {incident}); the server stays up",
+                              "server_error")
 
     @app.exception_handler(SpeechError)
     async def speech_failed(_: Request, exc: SpeechError):
