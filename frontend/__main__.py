@@ -42,6 +42,13 @@ def family_path(value: str) -> tuple[str, str]:
     return name, path
 
 
+def model_limit(value: str) -> tuple[str, int]:
+    name, sep, count = value.partition("=")
+    if not sep or not count.isdigit() or int(count) < 1 or family_of(name) is None:
+        raise argparse.ArgumentTypeError(f"{value!r} is not MODEL=N (a served model, N >= 1)")
+    return name, int(count)
+
+
 def checkpoint_help() -> str:
     return "\n".join(f"  {f.name}: {f.checkpoint_env}; {f.checkpoint_help}"
                      + ("" if f.checkpoint_required else " (optional)")
@@ -67,6 +74,9 @@ def parse_args(argv=None):
                         help="a family's checkpoint (repeatable); wins over its environment variable")
     parser.add_argument("--max-in-flight", type=int, default=64,
                         help="requests served at once; more get 429")
+    parser.add_argument("--max-in-flight-per-model", action="append", type=model_limit, default=[],
+                        metavar="MODEL=N", help="at most N requests of MODEL at once, below "
+                        "--max-in-flight (repeatable); more get 429")
     parser.add_argument("--request-timeout", type=float, default=600.0,
                         help="seconds a request may take end to end before it fails (503)")
     parser.add_argument("--triton-log", help="file for tritonserver's log (default: stdout)")
@@ -208,7 +218,8 @@ def main(argv=None) -> int:
                          max_voices=args.max_voices,
                          media=MediaPolicy(allowed_local_media_path=args.allowed_local_media_path,
                                            allowed_hosts=frozenset(args.allow_media_host)),
-                         api_key=args.api_key)
+                         api_key=args.api_key,
+                         max_in_flight_per_model=dict(args.max_in_flight_per_model))
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
         server = uvicorn.Server(config)
         shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host

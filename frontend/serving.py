@@ -35,7 +35,7 @@ from . import metrics
 from .encoding import AudioEncoder
 from .media import MediaError, MediaPolicy, resolve_audio
 from .protocol import FAMILY_FIELDS, SpeechRequest, error_body
-from .triton_client import AudioChunk, SpeechClient, StageRejected, TritonUnavailable
+from .triton_client import AudioChunk, SpeechClient, StageRejected, TritonBusy, TritonUnavailable
 from .voices import StoredVoice, VoiceStore
 
 logger = logging.getLogger("tritontts.frontend")
@@ -67,8 +67,9 @@ def error_response(status: int, message: str, type_: str = "invalid_request_erro
 
 
 class Overloaded(SpeechError):
-    def __init__(self, in_flight: int):
-        super().__init__(429, f"server busy: {in_flight} requests in flight; retry",
+    def __init__(self, in_flight: int, model: str | None = None):
+        where = f"{model} has" if model else "the server has"
+        super().__init__(429, f"server busy: {where} {in_flight} requests in flight, its limit; retry",
                          "rate_limit_error", headers={"Retry-After": "1"})
 
 
@@ -79,6 +80,9 @@ def speech_error(exc: BaseException, request_id: str) -> SpeechError:
         return exc
     if isinstance(exc, StageRejected):
         return SpeechError(400, str(exc))
+    if isinstance(exc, TritonBusy):
+        return SpeechError(429, f"server busy: a stage's queue is full; retry ({exc})",
+                           "rate_limit_error", headers={"Retry-After": "1"})
     if isinstance(exc, TritonUnavailable):
         logger.warning("request %s: Triton unavailable: %s", request_id, exc)
         return SpeechError(503, f"the inference server is unavailable: {exc}", "server_error",
@@ -90,25 +94,34 @@ def speech_error(exc: BaseException, request_id: str) -> SpeechError:
 
 
 class Admission:
-    """At most `limit` syntheses at once; the next one is refused at once rather than queued,
-    since a queue in front of a saturated pipeline only turns load into timeouts."""
+    """At most `limit` syntheses at once, and at most `per_model[m]` of model m (a talker
+    family's bound sits below the server's: its engine runs a few sequences at a time);
+    the next one is refused at once rather than queued, since a queue in front of a
+    saturated pipeline only turns load into timeouts."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, per_model: dict[str, int] | None = None):
         self.limit = limit
+        self.per_model = dict(per_model or {})
         self.in_flight = 0
+        self.model_in_flight: dict[str, int] = {}
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        # No await between the check and the increment: the event loop cannot admit two
+    async def slot(self, model: str | None = None) -> AsyncIterator[None]:
+        # No await between the checks and the increments: the event loop cannot admit two
         # requests into the last slot.
         if self.in_flight >= self.limit:
             raise Overloaded(self.in_flight)
+        mine = self.model_in_flight.get(model, 0)
+        if model in self.per_model and mine >= self.per_model[model]:
+            raise Overloaded(mine, model)
         self.in_flight += 1
+        self.model_in_flight[model] = mine + 1
         metrics.IN_FLIGHT.inc()
         try:
             yield
         finally:
             self.in_flight -= 1
+            self.model_in_flight[model] -= 1
             metrics.IN_FLIGHT.dec()
 
 
@@ -185,7 +198,7 @@ class Synthesis:
     async def _run(self, client: SpeechClient, admission: Admission) -> AsyncIterator[AudioChunk]:
         p = self.prepared
         model = p.model
-        async with admission.slot():
+        async with admission.slot(model):
             chunks = client.synthesize(model, p.text, p.voice, p.params, p.request_id)
             try:
                 async for chunk in chunks:
@@ -208,11 +221,12 @@ class SpeechService:
     endpoint's own HTTP encoding (speech)."""
 
     def __init__(self, client: SpeechClient, models: dict[str, ServedModel], max_in_flight: int = 64,
-                 voices: VoiceStore | None = None, media: MediaPolicy | None = None):
+                 voices: VoiceStore | None = None, media: MediaPolicy | None = None,
+                 max_in_flight_per_model: dict[str, int] | None = None):
         self.client = client
         self.models = models
         self.families = list(models)          # the served model names, in launch order
-        self.admission = Admission(max_in_flight)
+        self.admission = Admission(max_in_flight, max_in_flight_per_model)
         self.voices = voices or VoiceStore(None)
         self.media = media or MediaPolicy()
 
@@ -333,7 +347,7 @@ class SpeechService:
         is real work)."""
         family = served.family
         stage = instance_stage(served.name, family, family.voice_encoder)
-        async with self.admission.slot():
+        async with self.admission.slot(served.name):
             try:
                 return await self.client.encode_voice(stage, params)
             except StageRejected as exc:

@@ -20,6 +20,10 @@ class TritonUnavailable(RuntimeError):
     """Triton cannot be reached or the model is not ready (HTTP 503)."""
 
 
+class TritonBusy(RuntimeError):
+    """A stage's queue is full (its config's queue policy): retry later (HTTP 429)."""
+
+
 class StageRejected(ValueError):
     """A stage said the request is invalid (HTTP 400)."""
 
@@ -62,6 +66,8 @@ def _classify(message: str) -> Exception:
     client_part = stage.split_invalid_request(message)
     if client_part is not None:
         return StageRejected(client_part)
+    if "Exceeds maximum queue size" in message:
+        return TritonBusy(message)
     if any(s in message for s in ("failed to connect", "StatusCode.UNAVAILABLE", "not ready",
                                   "Request for unknown model", "is not found")):
         return TritonUnavailable(message)

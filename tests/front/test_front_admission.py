@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from fake_triton import FakeTritonClient, in_flight_gauge, run_async, serving
 
-from frontend.triton_client import StageFailed
+from frontend.triton_client import StageFailed, _classify
 
 
 @run_async
@@ -78,3 +78,29 @@ async def test_client_gone_before_the_body_starts_frees_the_slot_and_cancels_the
         assert exchange.drained() == []  # not even the headers were sent
         assert (front.admission.in_flight, in_flight_gauge() - baseline) == (0, 0)
         assert fake.cancelled == 1 and fake.open_streams == 0
+
+
+@run_async
+async def test_a_model_at_its_own_bound_is_429_naming_it_while_others_are_served():
+    gate = asyncio.Event()
+    fake = FakeTritonClient(gates={0: gate})
+    clone = {"model": "cosyvoice3", "ref_audio": "UklGRg==", "ref_text": "x"}
+    async with serving(fake, ["piper", "cosyvoice3"], max_in_flight_per_model={"cosyvoice3": 1}) as front:
+        held = asyncio.create_task(front.speech(**clone))
+        await fake.waiting.wait()
+        refused = await front.speech(**clone)
+        gate.set()     # the piper request below passes the gate at once
+        other = await front.speech(model="piper")
+        assert (await held).status_code == 200
+        assert front.admission.model_in_flight == {"cosyvoice3": 0, "piper": 0}
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    assert "cosyvoice3 has 1 requests in flight" in refused.json()["error"]["message"]
+    assert other.status_code == 200
+
+
+@run_async
+async def test_a_full_stage_queue_is_429_with_retry_after():
+    busy = _classify("[StatusCode.UNAVAILABLE] Exceeds maximum queue size")
+    async with serving(FakeTritonClient(errors={0: busy})) as front:
+        r = await front.speech()
+    assert r.status_code == 429 and r.headers["retry-after"] == "1"
