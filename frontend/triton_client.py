@@ -2,7 +2,9 @@
 over one shared channel (asyncio client)."""
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from dataclasses import dataclass
 from typing import AsyncIterator, Protocol
 
@@ -13,7 +15,10 @@ from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException
 
 from tritontts import stage
+from tritontts.cancellation import CANCEL_MODEL, REQUEST_ID
 from tritontts.voice import VOICE_FEATURES
+
+logger = logging.getLogger("tritontts.frontend")
 
 
 class TritonUnavailable(RuntimeError):
@@ -79,6 +84,7 @@ class TritonSpeechClient:
         self.url = url
         self.request_timeout_s = request_timeout_s
         self._client = grpcaio.InferenceServerClient(url)
+        self._cancelling: set[asyncio.Task] = set()
 
     async def close(self):
         await self._client.close()
@@ -128,6 +134,7 @@ class TritonSpeechClient:
         except InferenceServerException as exc:
             raise _classify(str(exc)) from None
         expected = 0
+        finished = False
         try:
             async for result, error in responses:
                 if error is not None:
@@ -142,6 +149,7 @@ class TritonSpeechClient:
                 expected += 1
                 yield chunk
                 if chunk.final:
+                    finished = True
                     return
             raise StageFailed("the stream ended before the final chunk")
         except grpc.aio.AioRpcError as exc:
@@ -149,5 +157,18 @@ class TritonSpeechClient:
                 raise TritonUnavailable(f"{exc.code().name}: {exc.details()}") from None
             raise _classify(f"{exc.code().name}: {exc.details()}") from None
         finally:
-            # Stop the server-side work if the caller went away (client disconnect).
+            # Stop the server-side work if the caller went away (client disconnect) or the
+            # stream failed: Triton stops the ensemble's later steps, the cancel model the
+            # steps already running (a talker mid-generation).
             responses.cancel()
+            if not finished:
+                task = asyncio.get_running_loop().create_task(self._cancel(request_id))
+                self._cancelling.add(task)
+                task.add_done_callback(self._cancelling.discard)
+
+    async def _cancel(self, request_id: str) -> None:
+        try:
+            await self._client.infer(CANCEL_MODEL, [_bytes_input(REQUEST_ID, request_id)],
+                                     client_timeout=10)
+        except Exception as exc:  # noqa: BLE001 - best effort; Triton may be gone
+            logger.warning("could not cancel %s in the running stages: %s", request_id, exc)

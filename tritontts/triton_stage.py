@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from . import cancellation
 from .scheduling import ChunkScheduler
 from .stage import (CHUNK_INDEX, INVALID_REQUEST_TAG, IS_FINAL, STREAM_ID, EngineStage, Inputs,
                     InvalidRequest, Stage, StageContext, StreamingStage)
@@ -115,7 +116,10 @@ class TritonPythonModel:
 
     def inputs(self, request) -> Inputs:
         inputs = Inputs()
-        inputs.cancelled = request.is_cancelled
+        # Triton marks a cancelled ensemble's later steps only; the front's cancel model
+        # marks the running ones (tritontts/cancellation.py).
+        request_id = request.request_id()
+        inputs.cancelled = lambda: request.is_cancelled() or cancellation.requested(request_id)
         for name in self.input_names:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             if tensor is None:
@@ -215,7 +219,7 @@ class TritonPythonModel:
         try:
             generator = self.stage.run(chunks.inputs())
             async for chunk in generator:
-                if request.is_cancelled():
+                if chunks.cancelled():
                     send(cancelled_response(), FINAL)
                     return
                 if chunks.add(chunk, send):
@@ -226,6 +230,7 @@ class TritonPythonModel:
         finally:
             if generator is not None:
                 await generator.aclose()  # an unfinished generator aborts its engine work
+            cancellation.clear(request.request_id())
 
     def finalize(self) -> None:
         if self.scheduler is not None:
@@ -248,6 +253,9 @@ class _Chunks:
     def inputs(self) -> Inputs:
         self._inputs = self.model.inputs(self.request)
         return self._inputs
+
+    def cancelled(self) -> bool:
+        return self._inputs.cancelled() if self._inputs is not None else self.request.is_cancelled()
 
     def _send(self, chunk: dict[str, Any], final: bool, send) -> None:
         if self.numbered:

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cancellation import CANCEL_DIR_ENV, CANCEL_MODEL
+
 logger = logging.getLogger("tritontts.tritonserver")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -127,6 +129,7 @@ class TritonServer:
     log_path: Path | None = None
     process: subprocess.Popen | None = None
     restarts: int = 0                       # times supervise() brought the server back
+    cancel_dir: Path | None = None          # the stages' cancellation marks (a temp folder)
     _stopping: bool = field(default=False, repr=False)
     _supervisor: threading.Thread | None = field(default=None, repr=False)
 
@@ -136,12 +139,18 @@ class TritonServer:
                f"--metrics-port={self.metrics_port}",
                "--exit-timeout-secs=10", "--log-verbose=0"]
         cmd += [f"--model-repository={repo}" for repo in self.repositories]
-        cmd += [f"--load-model={model}" for model in self.models]
+        # The cancel model rides along with every server (tritontts/cancellation.py).
+        cmd += [f"--load-model={model}" for model in [*self.models, CANCEL_MODEL]]
         return cmd
 
     def start(self) -> "TritonServer":
         log = open(self.log_path, "ab") if self.log_path else None
-        self.process = subprocess.Popen(self.command(), env=triton_env(self.env),
+        if self.cancel_dir is None:
+            import tempfile
+
+            self.cancel_dir = Path(tempfile.mkdtemp(prefix="tritontts-cancel-"))
+        env = {**self.env, CANCEL_DIR_ENV: str(self.cancel_dir)}
+        self.process = subprocess.Popen(self.command(), env=triton_env(env),
                                         stdout=log or None, stderr=subprocess.STDOUT if log else None,
                                         start_new_session=True)
         return self
@@ -225,6 +234,8 @@ class TritonServer:
         # Whatever the server left in its process group (a stub, vLLM's engine-core process
         # holding its KV cache) goes too: nothing may outlive the server.
         self._kill_group()
+        if self.cancel_dir is not None:
+            shutil.rmtree(self.cancel_dir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> None:

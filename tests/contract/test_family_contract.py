@@ -134,6 +134,24 @@ def test_client_disconnect_frees_its_slot_and_the_server_stays_healthy(served, f
     assert speech(served, family, example, seed=5).status_code == 200
 
 
+def test_client_disconnect_stops_the_server_work_within_seconds(served, family, example):
+    """A long request, the client gone after its first audio: within a few seconds the
+    server is idle again (a talker's engine request aborted, not run to its token limit)."""
+    body = {"model": family.name, "input": " ".join([TEXT] * 4), **example, "seed": 9,
+            "stream_format": "audio", "response_format": "pcm"}
+    if "max_new_tokens" in family.fields:
+        body["max_new_tokens"] = 4000
+    with httpx.stream("POST", served.url + "/v1/audio/speech", json=body, timeout=300) as r:
+        assert r.status_code == 200
+        next(r.iter_bytes())
+    time.sleep(3)       # the cancellation reaches the stages; chunks in flight finish
+    before = served.server_cpu_seconds()
+    time.sleep(3)
+    busy = (served.server_cpu_seconds() - before) / 3
+    print(f"server CPU after the disconnect: {busy:.2f} cores")
+    assert busy < 0.3, f"the server still works for a client that left: {busy:.2f} cores"
+
+
 def test_voices_the_family_lists_are_served(served, family, example):
     for voice in family.voices(None if not family.checkpoint_required else
                                Path(served.checkpoints[family.name])):

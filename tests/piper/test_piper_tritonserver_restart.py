@@ -24,13 +24,6 @@ def group_members(pgid: int) -> set[int]:
     return {int(p) for p in out.stdout.split()}
 
 
-def tritonserver_pid(grpc_port: int) -> int:
-    out = subprocess.run(["pgrep", "-f", "--", f"--grpc-port={grpc_port}"], capture_output=True, text=True)
-    pids = [int(p) for p in out.stdout.split()]
-    assert len(pids) == 1, pids
-    return pids[0]
-
-
 @pytest.fixture
 def own_stack(stacks, caches, tmp_path):
     stacks.close()      # one server at a time; this one gets killed
@@ -41,7 +34,7 @@ def own_stack(stacks, caches, tmp_path):
 
 def test_killed_tritonserver_cuts_the_stream_with_an_error_then_comes_back(own_stack):
     url = own_stack.url
-    pid = tritonserver_pid(own_stack.grpc_port)
+    pid = own_stack.tritonserver_pid()
     before = group_members(pid)
     assert len(before) > 1, "the stub processes run in tritonserver's process group"
     events = []
@@ -63,7 +56,7 @@ def test_killed_tritonserver_cuts_the_stream_with_an_error_then_comes_back(own_s
         time.sleep(1)
     assert httpx.get(url + "/health", timeout=5).status_code == 200, own_stack.tail()
     assert group_members(pid) == set(), "the dead server's stubs still run"
-    assert tritonserver_pid(own_stack.grpc_port) != pid
+    assert own_stack.tritonserver_pid() != pid
     again = httpx.post(url + "/v1/audio/speech", json={"input": "Back again.", "response_format": "wav"},
                        timeout=120)
     audio, rate = decode(again.content)

@@ -103,7 +103,8 @@ class FakeRequest:
     """A request with batch-1 inputs: values are wrapped to [1, ...] like a client's."""
 
     def __init__(self, inputs: dict[str, Any], cancelled: bool = False,
-                 requested: list[str] | None = None):
+                 requested: list[str] | None = None, request_id: str = ""):
+        self.id = request_id
         self.requested = requested or []   # empty: whatever the model's config declares
         self.tensors = {}
         for name, value in inputs.items():
@@ -118,6 +119,9 @@ class FakeRequest:
 
     def is_cancelled(self) -> bool:
         return self.cancelled
+
+    def request_id(self) -> str:
+        return self.id
 
     def requested_output_names(self) -> list[str]:
         return list(self.requested)

@@ -97,6 +97,27 @@ class Stack:
         triton = self.triton_log.read_text()[-chars:] if self.triton_log.exists() else ""
         return f"{self.log.read_text()[-chars:]}\n--- triton ---\n{triton}"
 
+    def tritonserver_pid(self) -> int:
+        out = subprocess.run(["pgrep", "-f", "--", f"--grpc-port={self.grpc_port}"],
+                             capture_output=True, text=True)
+        pids = [int(p) for p in out.stdout.split()]
+        if len(pids) != 1:
+            raise RuntimeError(f"expected one tritonserver on gRPC port {self.grpc_port}: {pids}")
+        return pids[0]
+
+    def server_cpu_seconds(self) -> float:
+        """CPU time used so far by tritonserver and everything in its process group (the
+        stage stubs, vLLM engine cores)."""
+        out = subprocess.run(["pgrep", "-g", str(self.tritonserver_pid())], capture_output=True, text=True)
+        total = 0
+        for pid in out.stdout.split():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue        # ended meanwhile
+            total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> int:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
