@@ -79,6 +79,9 @@ def parse_args(argv=None):
                         "--max-in-flight (repeatable); more get 429")
     parser.add_argument("--request-timeout", type=float, default=600.0,
                         help="seconds a request may take end to end before it fails (503)")
+    parser.add_argument("--stall-timeout", type=float, default=120.0,
+                        help="seconds a stream may wait for its next chunk before it fails (503): "
+                             "a stage that died or hangs (default: %(default)s)")
     parser.add_argument("--triton-log", help="file for tritonserver's log (default: stdout)")
     parser.add_argument("--api-key", default=os.environ.get("TRITONTTS_API_KEY"),
                         help="require `Authorization: Bearer KEY` on every route but /health "
@@ -219,7 +222,8 @@ def main(argv=None) -> int:
                          media=MediaPolicy(allowed_local_media_path=args.allowed_local_media_path,
                                            allowed_hosts=frozenset(args.allow_media_host)),
                          api_key=args.api_key,
-                         max_in_flight_per_model=dict(args.max_in_flight_per_model))
+                         max_in_flight_per_model=dict(args.max_in_flight_per_model),
+                         stall_timeout_s=args.stall_timeout)
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
         server = uvicorn.Server(config)
         shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host

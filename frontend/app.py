@@ -112,7 +112,8 @@ def create_app(triton_url: str, families: list[str], max_in_flight: int = 64,
                voices_dir: Path | None = None, preload_voices: list[Path] = (),
                max_voices: int = 1000, media: MediaPolicy | None = None,
                api_key: str | None = None,
-               max_in_flight_per_model: dict[str, int] | None = None) -> FastAPI:
+               max_in_flight_per_model: dict[str, int] | None = None,
+               stall_timeout_s: float = 120.0) -> FastAPI:
     """`client` replaces the gRPC client to triton_url (the front's unit tests script one)."""
     models = served_models(families, checkpoints)
     store = VoiceStore(voices_dir, max_voices, list(preload_voices))
@@ -120,7 +121,7 @@ def create_app(triton_url: str, families: list[str], max_in_flight: int = 64,
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # The gRPC channel belongs to the server's event loop, so it is opened here.
-        speech_client = client or TritonSpeechClient(triton_url, request_timeout_s)
+        speech_client = client or TritonSpeechClient(triton_url, request_timeout_s, stall_timeout_s)
         app.state.service = SpeechService(speech_client, models, max_in_flight, store, media,
                                           max_in_flight_per_model)
         yield

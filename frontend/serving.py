@@ -35,7 +35,8 @@ from . import metrics
 from .encoding import AudioEncoder
 from .media import MediaError, MediaPolicy, resolve_audio
 from .protocol import FAMILY_FIELDS, SpeechRequest, error_body
-from .triton_client import AudioChunk, SpeechClient, StageRejected, TritonBusy, TritonUnavailable
+from .triton_client import (AudioChunk, SpeechClient, StageRejected, StageStalled, TritonBusy,
+                           TritonUnavailable)
 from .voices import StoredVoice, VoiceStore
 
 logger = logging.getLogger("tritontts.frontend")
@@ -83,6 +84,9 @@ def speech_error(exc: BaseException, request_id: str) -> SpeechError:
     if isinstance(exc, TritonBusy):
         return SpeechError(429, f"server busy: a stage's queue is full; retry ({exc})",
                            "rate_limit_error", headers={"Retry-After": "1"})
+    if isinstance(exc, StageStalled):
+        logger.error("request %s: %s", request_id, exc)
+        return SpeechError(503, str(exc), "server_error", headers={"Retry-After": "5"})
     if isinstance(exc, TritonUnavailable):
         logger.warning("request %s: Triton unavailable: %s", request_id, exc)
         return SpeechError(503, f"the inference server is unavailable: {exc}", "server_error",

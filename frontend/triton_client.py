@@ -73,16 +73,37 @@ def _classify(message: str) -> Exception:
         return StageRejected(client_part)
     if "Exceeds maximum queue size" in message:
         return TritonBusy(message)
-    if any(s in message for s in ("failed to connect", "StatusCode.UNAVAILABLE", "not ready",
+    if any(s in message for s in ("failed to connect", "StatusCode.UNAVAILABLE", "not ready", "is not healthy",
                                   "Request for unknown model", "is not found")):
         return TritonUnavailable(message)
     return StageFailed(message)
 
 
+class StageStalled(RuntimeError):
+    """No chunk within the stall timeout: a stage died or hangs (HTTP 503)."""
+
+
+async def _bounded(responses, seconds: float):
+    """The stream's responses, each within `seconds` of the one before."""
+    iterator = responses.__aiter__()
+    while True:
+        try:
+            yield await asyncio.wait_for(iterator.__anext__(), seconds)
+        except StopAsyncIteration:
+            return
+        except asyncio.TimeoutError:
+            raise StageStalled(f"no audio for {seconds:g} s: a stage stopped responding "
+                               "(it died or hangs); retry") from None
+
+
 class TritonSpeechClient:
-    def __init__(self, url: str, request_timeout_s: float = 600.0):
+    def __init__(self, url: str, request_timeout_s: float = 600.0, stall_timeout_s: float = 120.0):
+        """stall_timeout_s: the longest wait for a stream's next chunk. A stage whose
+        process dies mid-request never answers it (Triton does not fail the ensemble), so
+        without this bound the client would wait for the whole request timeout."""
         self.url = url
         self.request_timeout_s = request_timeout_s
+        self.stall_timeout_s = stall_timeout_s
         self._client = grpcaio.InferenceServerClient(url)
         self._cancelling: set[asyncio.Task] = set()
 
@@ -136,7 +157,7 @@ class TritonSpeechClient:
         expected = 0
         finished = False
         try:
-            async for result, error in responses:
+            async for result, error in _bounded(responses, self.stall_timeout_s):
                 if error is not None:
                     raise _classify(str(error))
                 chunk = AudioChunk(

@@ -190,18 +190,26 @@ class TritonServer:
         same models. Clients get 503 meanwhile and need no reconnect: gRPC channels do."""
         def watch():
             backoff = 1.0
+            stages = self._group()     # its stage processes (stubs, engine cores) once ready
             while not self._stopping:
                 code = self.process.poll()
-                if code is None:
+                lost = stages - self._group() if code is None else set()
+                if code is None and not lost:
                     time.sleep(poll_s)
                     continue
-                logger.error("tritonserver exited with code %s; restarting it in %.0f s", code, backoff)
+                if code is None:
+                    # A stage process that dies takes its in-flight requests with it and
+                    # leaves its model unusable (Triton never answers them): restart all.
+                    logger.error("stage processes %s of tritonserver died; restarting it", sorted(lost))
+                else:
+                    logger.error("tritonserver exited with code %s; restarting it in %.0f s", code, backoff)
                 self._kill_group()
                 time.sleep(backoff)
                 if self._stopping:
                     return
                 try:
                     self.start().wait_ready()
+                    stages = self._group()
                     self.restarts += 1
                     backoff = 1.0
                     logger.warning("tritonserver is back (restart %d)", self.restarts)
@@ -211,6 +219,20 @@ class TritonServer:
 
         self._supervisor = threading.Thread(target=watch, name="tritonserver-supervisor", daemon=True)
         self._supervisor.start()
+
+    def _group(self) -> set[int]:
+        """The live processes of the server's process group but the server itself (a stage
+        that died stays a zombie until tritonserver reaps it, which it does not)."""
+        out = subprocess.run(["pgrep", "-g", str(self.process.pid)], capture_output=True, text=True)
+        live = set()
+        for pid in out.stdout.split():
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state not in ("Z", "X"):
+                live.add(int(pid))
+        return live - {self.process.pid}
 
     def _kill_group(self) -> None:
         try:

@@ -154,31 +154,32 @@ def test_launcher_names_a_missing_checkpoint_file(tmp_path):
     assert out.returncode == 2 and f"{tmp_path}/cosyvoice3.yaml: missing" in out.stderr
 
 
-def test_client_disconnect_skips_later_stage_work(http, stack):
-    """Triton 2.51 cancels an ensemble's later steps once the client is gone; the flow and
-    vocoder stages then answer CANCELLED without computing (counted as failures)."""
+def test_client_disconnect_stops_every_stage_within_seconds(http, stack):
+    """The client gone after its first audio: the talker aborts its generation (the front's
+    cancel model; Triton alone would only cancel the later steps, whose requests kept
+    arriving, and failing, for as long as the talker ran), so within seconds no stage gets
+    another request for it."""
     import time
 
     import httpx
 
     client = grpcclient.InferenceServerClient(stack.grpc_url)
 
-    def failures():
+    def requests():
         total = 0
         for model in ("cosyvoice3_flow", "cosyvoice3_hift"):
-            stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
-            total += int(stats["inference_stats"].get("fail", {}).get("count", 0))
+            stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]["inference_stats"]
+            total += sum(int(stats.get(kind, {}).get("count", 0)) for kind in ("success", "fail"))
         return total
 
-    before = failures()
     body = {"model": "cosyvoice3", "input": " ".join([TEXT] * 12), **REF, "seed": 9, "stream_format": "audio"}
     with httpx.Client(base_url=stack.url, timeout=120) as c:
         with c.stream("POST", "/v1/audio/speech", json=body) as r:
             next(r.iter_bytes())  # first audio, then hang up
-    deadline = time.monotonic() + 60
-    while failures() == before and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert failures() > before
+    time.sleep(3)
+    settled = requests()
+    time.sleep(4)
+    assert requests() == settled, "later stages still get this request's chunks"
     assert speak(http, seed=1).status_code == 200
 
 

@@ -104,3 +104,18 @@ async def test_a_full_stage_queue_is_429_with_retry_after():
     async with serving(FakeTritonClient(errors={0: busy})) as front:
         r = await front.speech()
     assert r.status_code == 429 and r.headers["retry-after"] == "1"
+
+
+@run_async
+async def test_a_stream_whose_next_chunk_never_comes_fails_at_the_stall_bound():
+    from frontend.triton_client import StageStalled, _bounded
+
+    async def stalls():
+        yield "first"
+        await asyncio.Event().wait()     # a stage that died: nothing ever comes
+
+    got = []
+    with pytest.raises(StageStalled, match="no audio for 0.2 s"):
+        async for item in _bounded(stalls(), 0.2):
+            got.append(item)
+    assert got == ["first"]

@@ -27,7 +27,7 @@ def group_members(pgid: int) -> set[int]:
 @pytest.fixture
 def own_stack(stacks, caches, tmp_path):
     stacks.close()      # one server at a time; this one gets killed
-    stack = Stack(tmp_path, ("piper",), {}, caches).start()
+    stack = Stack(tmp_path, ("piper",), {}, caches, extra_args=("--stall-timeout", "10")).start()
     yield stack
     assert stack.stop() == 0, stack.tail()
 
@@ -63,3 +63,49 @@ def test_killed_tritonserver_cuts_the_stream_with_an_error_then_comes_back(own_s
                        timeout=120)
     audio, rate = decode(again.content)
     assert again.status_code == 200 and rate == 22050 and rms(audio) > 0.02
+
+
+def stage_stub(stack, model: str) -> int:
+    """The pid of a stage model's Python stub (its arguments name the model's folder)."""
+    for pid in group_members(stack.tritonserver_pid()):
+        try:
+            args = open(f"/proc/{pid}/cmdline").read().split("\0")
+        except OSError:
+            continue
+        if any(a.endswith(f"/{model}/1/model.py") for a in args):
+            return pid
+    raise AssertionError(f"no stub runs {model}")
+
+
+def test_a_stage_that_dies_mid_stream_ends_the_stream_with_an_error_and_is_replaced(own_stack):
+    """Triton never answers the requests a dead stub held, and the model stays unusable
+    ("Stub process is not healthy"): the launcher sees the stage process gone and restarts
+    tritonserver, which ends the stream with an error at once (the front's stall bound,
+    --stall-timeout, 10 s here, would end it otherwise), and the server serves again."""
+    url = own_stack.url
+    stub = stage_stub(own_stack, "piper_vits")
+    started = time.monotonic()
+    events = []
+    with httpx.stream("POST", url + "/v1/audio/speech", timeout=120,
+                      json={"input": TEXT, "stream": True, "response_format": "pcm"}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                if len(events) == 1:
+                    os.kill(stub, signal.SIGKILL)
+    ended = time.monotonic() - started
+    print(f"the stream ended {ended:.1f} s after it began; last event {events[-1]['type']}")
+    assert events[-1]["type"] == "speech.audio.error", events[-1]
+    assert ended < 60
+    # The launcher sees the stage process gone and restarts tritonserver; it serves again.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        again = httpx.post(url + "/v1/audio/speech", json={"input": "Back again.", "response_format": "wav"},
+                           timeout=120)
+        if again.status_code == 200:
+            break
+        time.sleep(2)
+    audio, rate = decode(again.content)
+    assert again.status_code == 200 and rate == 22050 and rms(audio) > 0.02
+    assert stage_stub(own_stack, "piper_vits") != stub
