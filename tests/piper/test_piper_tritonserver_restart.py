@@ -24,6 +24,20 @@ def group_members(pgid: int) -> set[int]:
     return {int(p) for p in out.stdout.split()}
 
 
+def sse_killing_after_the_first_event(url: str, pid: int) -> list[dict]:
+    """A long SSE request's events; `pid` is SIGKILLed once the first has arrived."""
+    events = []
+    with httpx.stream("POST", url + "/v1/audio/speech", timeout=120,
+                      json={"input": TEXT, "stream": True, "response_format": "pcm"}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                if len(events) == 1:
+                    os.kill(pid, signal.SIGKILL)
+    return events
+
+
 @pytest.fixture
 def own_stack(stacks, caches, tmp_path):
     stacks.close()      # one server at a time; this one gets killed
@@ -37,15 +51,7 @@ def test_killed_tritonserver_cuts_the_stream_with_an_error_then_comes_back(own_s
     pid = own_stack.tritonserver_pid()
     before = group_members(pid)
     assert len(before) > 1, "the stub processes run in tritonserver's process group"
-    events = []
-    with httpx.stream("POST", url + "/v1/audio/speech", timeout=120,
-                      json={"input": TEXT, "stream": True, "response_format": "pcm"}) as r:
-        assert r.status_code == 200
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                events.append(json.loads(line[6:]))
-                if len(events) == 1:
-                    os.kill(pid, signal.SIGKILL)
+    events = sse_killing_after_the_first_event(url, pid)
     assert events[0]["type"] == "speech.audio.delta"
     assert events[-1]["type"] == "speech.audio.error" and events[-1]["error"]["partial_audio"], events[-1]
 
@@ -85,15 +91,7 @@ def test_a_stage_that_dies_mid_stream_ends_the_stream_with_an_error_and_is_repla
     url = own_stack.url
     stub = stage_stub(own_stack, "piper_vits")
     started = time.monotonic()
-    events = []
-    with httpx.stream("POST", url + "/v1/audio/speech", timeout=120,
-                      json={"input": TEXT, "stream": True, "response_format": "pcm"}) as r:
-        assert r.status_code == 200
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                events.append(json.loads(line[6:]))
-                if len(events) == 1:
-                    os.kill(stub, signal.SIGKILL)
+    events = sse_killing_after_the_first_event(url, stub)
     ended = time.monotonic() - started
     print(f"the stream ended {ended:.1f} s after it began; last event {events[-1]['type']}")
     assert events[-1]["type"] == "speech.audio.error", events[-1]
