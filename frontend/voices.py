@@ -144,6 +144,10 @@ class VoiceStore:
         return (voice.path / voice.reference_file).read_bytes()
 
     def features(self, voice: StoredVoice, model: str) -> bytes | None:
+        """The model's features of the voice: computed since start (a precomputed voice's,
+        kept in memory), else stored in its folder."""
+        if model in voice.memory_features:
+            return voice.memory_features[model]
         path = voice.path / "features" / f"{model}.safetensors" if voice.path else None
         return path.read_bytes() if path is not None and path.is_file() else None
 
@@ -197,9 +201,6 @@ class VoiceStore:
                 voice.memory_features[model] = blob
             if model not in voice.models:
                 voice.models = sorted([*voice.models, model])
-
-    def cached_features(self, voice: StoredVoice, model: str) -> bytes | None:
-        return voice.memory_features.get(model) or self.features(voice, model)
 
     def delete(self, name: str) -> StoredVoice:
         with self._lock:

@@ -163,3 +163,17 @@ def test_voice_json_from_a_hostile_preload_cannot_point_outside_its_folder(tmp_p
     client, _ = front(tmp_path / "own", preload_voices=[tmp_path / "pre"])
     with client:
         assert client.get("/v1/audio/voices").json()["uploaded_voices"] == []
+
+
+def test_a_precomputed_voice_encodes_for_a_new_model_once_and_keeps_it_in_memory(tmp_path):
+    client, _ = front(tmp_path / "a")
+    with client:
+        upload(client)
+    client, fake = front(tmp_path / "b", ("piper", "cosyvoice3", "cosyvoice3-big"),
+                         preload_voices=[tmp_path / "a"])
+    with client:
+        for _ in range(2):
+            r = client.post("/v1/audio/speech", json={"model": "cosyvoice3-big", "input": "Hi.", "voice": "Alice"})
+            assert r.status_code == 200
+    assert [e["model"] for e in fake.encoded] == ["cosyvoice3-big_prompt"]
+    assert not (tmp_path / "a" / "alice" / "features" / "cosyvoice3-big.safetensors").exists()
