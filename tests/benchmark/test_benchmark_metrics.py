@@ -1,0 +1,73 @@
+"""The benchmark's arithmetic: what a listener hears, percentiles, perf_analyzer input data
+(no server: these are the numbers every report is built from)."""
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+import pytest
+
+from tritontts.benchmark.load import Level, RequestResult, count_underruns, percentile, request_bodies
+from tritontts.benchmark.perf import input_data
+
+
+def test_a_stream_that_stays_ahead_of_playback_has_no_underruns():
+    # 1 s of audio every 0.5 s: the buffer only grows
+    assert count_underruns([(0.2 + 0.5 * k, 1.0) for k in range(6)]) == 0
+
+
+def test_a_piece_arriving_after_the_buffer_ran_dry_is_one_underrun():
+    # 1 s played from t=0.2; the next piece comes at t=1.5 (dry from 1.2): one stall,
+    # after which playback restarts from 1.5 and 1.5 + 1 = 2.5 covers the piece at 2.4
+    assert count_underruns([(0.2, 1.0), (1.5, 1.0), (2.4, 1.0)]) == 1
+
+
+def test_underruns_follow_the_stalled_player_not_the_original_schedule():
+    # without resuming at the late arrival, the third piece would also count as late
+    assert count_underruns([(0.0, 0.5), (2.0, 0.5), (2.4, 0.5), (3.5, 0.5)]) == 2
+    assert count_underruns([]) == 0
+
+
+def test_percentile_interpolates_and_ignores_missing_values():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([5.0], 99) == 5.0
+    assert percentile([None, 1.0, float("inf"), 3.0], 100) == 3.0
+    assert percentile([], 50) is None
+
+
+def test_level_summary_counts_rejections_apart_from_errors_and_rates_only_good_requests():
+    good = RequestResult(chars=10, status=200, first_audio=0.1, wall=1.0,
+                         pieces=[(0.1, 1.0), (0.9, 1.0)])
+    busy = RequestResult(chars=10, status=429, error="busy", wall=0.01)
+    broken = RequestResult(chars=10, status=500, error="boom", wall=0.5)
+    s = Level(2, [good, busy, broken], wall=2.0).summary()
+    assert (s["requests"], s["ok"], s["rejected"], s["errors"]) == (3, 1, 1, 1)
+    assert s["first_errors"] == ["boom"]
+    assert s["ttfa_p50"] == pytest.approx(0.1) and s["rtf_p50"] == pytest.approx(0.5)
+    assert s["audio_s_per_s"] == pytest.approx(1.0)          # 2 audio-s in 2 s
+    assert s["worst_gap"] == pytest.approx(0.8) and s["underruns"] == 0
+
+
+def test_request_bodies_stream_raw_pcm_with_a_seed_per_request_only_when_the_family_takes_one():
+    seeded = request_bodies("piper", {"speed": 1.1}, seeded=True, texts=("a", "b"))
+    assert [seeded(i)["input"] for i in range(3)] == ["a", "b", "a"]
+    assert seeded(2)["seed"] == 2 and seeded(0)["speed"] == 1.1
+    assert seeded(0)["stream_format"] == "audio" and seeded(0)["response_format"] == "pcm"
+    assert "seed" not in request_bodies("x", {}, seeded=False)(0)
+
+
+def test_stage_input_data_gives_each_entry_its_own_whole_stream():
+    tensors = {"phoneme_ids": np.array([[1, 2, 3]], dtype=np.int64),
+               "stream_id": np.array([[42]], dtype=np.int64),
+               "is_final": np.array([[False]]),
+               "voice": np.array([[b"joe"]], dtype=np.object_),
+               "blob": np.array([[b"\xff\x00"]], dtype=np.object_)}
+    data = input_data(tensors, batched=True, entries=3)["data"]
+    assert [e["stream_id"]["content"][0] for e in data] == [7_000_000, 7_000_001, 7_000_002]
+    assert all(e["is_final"]["content"] == [True] for e in data)
+    assert data[0]["phoneme_ids"] == {"content": [1, 2, 3], "shape": [3]}   # batch dim dropped
+    assert data[0]["voice"] == {"content": ["joe"], "shape": [1]}
+    raw = base64.b64decode(data[0]["blob"]["b64"])                      # not UTF-8: length-prefixed
+    assert raw == (2).to_bytes(4, "little") + b"\xff\x00"
+    json.dumps(data)
