@@ -1,11 +1,16 @@
 """CosyVoice3 at the released network sizes with random weights, on this machine.
 
 1. Talker decode speed: vLLM (the served engine, converted checkpoint) vs plain
-   transformers `generate` on the same weights, batch 1 and 8, tokens per second.
+   transformers `generate` on the same weights, batch 1 and 8, tokens per second, at equal
+   CPU threads: each arm runs in a fresh process with OMP_NUM_THREADS and torch's
+   intra-op threads set to --threads (vLLM keeps an OMP_NUM_THREADS it finds; left unset
+   it drops torch to 1 thread "for serving", and its CPU worker then makes
+   torch.set_num_threads a no-op, so the two arms must not share a process).
 2. The served pipeline (tritonserver + front, streaming): time to first audio and
    real-time factor (wall time / audio seconds) per request.
 
-  .venv/bin/python scripts/benchmark_cosyvoice3.py [--checkpoint DIR] [--skip-talker] [--skip-serving]
+  .venv/bin/python scripts/benchmark_cosyvoice3.py [--checkpoint DIR] [--threads 1,2]
+                                                   [--skip-talker] [--skip-serving]
 
 Without --checkpoint it writes a random released-size checkpoint into .cache/ first (3.4 GB).
 """
@@ -13,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import gc
 import io
 import os
 import sys
@@ -28,50 +32,66 @@ sys.path.insert(0, str(REPO))
 NEW_TOKENS = 64
 
 
-def talker_speed(ckpt_dir: Path):
+def talker_arm(ckpt_dir: Path, arm: str) -> dict[int, float]:
+    """One arm in this (fresh) process: tokens per second at batch 1 and 8."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     import torch
-    from transformers import Qwen2ForCausalLM
-    from vllm import LLM, SamplingParams, TokensPrompt
 
     from tritontts.cosyvoice3.checkpoint import open_checkpoint
-    from tritontts.cosyvoice3.talker import ensure_talker_checkpoint
-    from tritontts.cosyvoice3.talker import load_talker_vocab
+    from tritontts.cosyvoice3.talker import ensure_talker_checkpoint, load_talker_vocab
 
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     talker_dir = ensure_talker_checkpoint(open_checkpoint(ckpt_dir), REPO / ".cache")
     vocab = load_talker_vocab(talker_dir)
     rng = np.random.default_rng(0)
     prompts = [vocab.prompt_ids(rng.integers(0, 1000, 40).tolist(), rng.integers(0, 6561, 60).tolist())
                for _ in range(8)]
-    results = {}
+    rates = {}
+    if arm == "vllm":
+        from vllm import LLM, SamplingParams, TokensPrompt
 
-    llm = LLM(model=str(talker_dir), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
-              max_model_len=2048, enable_prefix_caching=False, gpu_memory_utilization=0.3, seed=0)
-    params = SamplingParams(temperature=1.0, max_tokens=NEW_TOKENS, ignore_eos=True, seed=0,
-                            allowed_token_ids=vocab.allowed_ids, detokenize=False)
-    llm.generate([TokensPrompt(prompt_token_ids=prompts[0])], params, use_tqdm=False)  # warm-up
-    for batch in (1, 8):
-        start = time.perf_counter()
-        llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts[:batch]], params, use_tqdm=False)
-        results[("vLLM", batch)] = batch * NEW_TOKENS / (time.perf_counter() - start)
-        print(f"vLLM          batch {batch}: {results[('vLLM', batch)]:7.1f} tokens/s", flush=True)
-    del llm
-    gc.collect()
-
-    model = Qwen2ForCausalLM.from_pretrained(str(talker_dir), torch_dtype=torch.float32).eval()
-    with torch.inference_mode():
-        model.generate(torch.tensor([prompts[0]]), max_new_tokens=4, min_new_tokens=4, do_sample=True)
+        llm = LLM(model=str(talker_dir), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+                  max_model_len=2048, enable_prefix_caching=False, gpu_memory_utilization=0.3, seed=0)
+        params = SamplingParams(temperature=1.0, max_tokens=NEW_TOKENS, ignore_eos=True, seed=0,
+                                allowed_token_ids=vocab.allowed_ids, detokenize=False)
+        llm.generate([TokensPrompt(prompt_token_ids=prompts[0])], params, use_tqdm=False)  # warm-up
         for batch in (1, 8):
-            ids = torch.tensor(prompts[:batch])  # same length: no padding needed
             start = time.perf_counter()
-            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
-                           min_new_tokens=NEW_TOKENS, do_sample=True, top_k=0, pad_token_id=0)
-            results[("transformers", batch)] = batch * NEW_TOKENS / (time.perf_counter() - start)
-            print(f"transformers  batch {batch}: {results[('transformers', batch)]:7.1f} tokens/s", flush=True)
-    for batch in (1, 8):
-        print(f"ratio vLLM/transformers at batch {batch}: "
-              f"x{results[('vLLM', batch)] / results[('transformers', batch)]:.2f}")
-    return results
+            llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts[:batch]], params, use_tqdm=False)
+            rates[batch] = batch * NEW_TOKENS / (time.perf_counter() - start)
+    else:
+        from transformers import Qwen2ForCausalLM
+
+        model = Qwen2ForCausalLM.from_pretrained(str(talker_dir), torch_dtype=torch.float32).eval()
+        with torch.inference_mode():
+            model.generate(torch.tensor([prompts[0]]), max_new_tokens=4, min_new_tokens=4, do_sample=True)
+            for batch in (1, 8):
+                ids = torch.tensor(prompts[:batch])  # same length: no padding needed
+                start = time.perf_counter()
+                model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                               min_new_tokens=NEW_TOKENS, do_sample=True, top_k=0, pad_token_id=0)
+                rates[batch] = batch * NEW_TOKENS / (time.perf_counter() - start)
+    rates["torch_threads"] = torch.get_num_threads()
+    return rates
+
+
+def talker_speed(ckpt_dir: Path, threads: list[int]):
+    import json
+    import subprocess
+
+    print("| threads | batch | vLLM tokens/s | transformers tokens/s | ratio |")
+    print("|---:|---:|---:|---:|---:|")
+    for n in threads:
+        got = {}
+        for arm in ("vllm", "transformers"):
+            out = subprocess.run([sys.executable, __file__, "--checkpoint", str(ckpt_dir), "--arm", arm],
+                                 env={**os.environ, "OMP_NUM_THREADS": str(n)},
+                                 capture_output=True, text=True, check=True)
+            got[arm] = json.loads(out.stdout.strip().splitlines()[-1])
+            assert got[arm]["torch_threads"] == n, (arm, got[arm])
+        for batch in ("1", "8"):
+            v, t = got["vllm"][batch], got["transformers"][batch]
+            print(f"| {n} | {batch} | {v:.1f} | {t:.1f} | {v / t:.2f}× |", flush=True)
 
 
 def serving(ckpt_dir: Path, requests: int):
@@ -116,7 +136,13 @@ def main():
     parser.add_argument("--requests", type=int, default=2)
     parser.add_argument("--skip-talker", action="store_true")
     parser.add_argument("--skip-serving", action="store_true")
+    parser.add_argument("--threads", default="1,2", help="CPU threads per talker arm (comma-separated)")
+    parser.add_argument("--arm", choices=("vllm", "transformers"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.arm:                         # one arm, in the process talker_speed started
+        import json
+        print(json.dumps(talker_arm(args.checkpoint, args.arm)))
+        return
     ckpt = args.checkpoint
     if ckpt is None:
         from tritontts.cosyvoice3.random_checkpoint import write_random_checkpoint
@@ -125,7 +151,7 @@ def main():
         if not (ckpt / "flow.pt").exists():
             write_random_checkpoint(ckpt, size="full")
     if not args.skip_talker:
-        talker_speed(ckpt)
+        talker_speed(ckpt, [int(n) for n in args.threads.split(",")])
     if not args.skip_serving:
         serving(ckpt, args.requests)
 

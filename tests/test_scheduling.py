@@ -8,7 +8,7 @@ from tritontts.scheduling import ChunkScheduler
 
 
 def test_streams_release_in_order_even_when_workers_finish_out_of_order():
-    sched = ChunkScheduler(workers=3)
+    sched = ChunkScheduler(workers=3, chunks_per_stream=4)
     delivered: list[tuple[int, int]] = []
     done = threading.Event()
     durations = {0: 0.15, 1: 0.01, 2: 0.05, 3: 0.0}  # chunk 0 is the slowest
@@ -62,3 +62,71 @@ def test_a_failing_chunk_is_delivered_as_its_exception():
     assert done.wait(5)
     sched.close()
     assert isinstance(got[0], RuntimeError) and got[1] == "ok"
+
+
+def test_a_stream_runs_one_chunk_at_a_time_while_other_streams_use_the_other_workers():
+    sched = ChunkScheduler(workers=2)
+    lock = threading.Lock()
+    running: dict[int, int] = {}
+    most: dict[int, int] = {}
+    busy_streams: list[int] = []
+    done = threading.Event()
+    delivered = []
+
+    def work(stream):
+        with lock:
+            running[stream] = running.get(stream, 0) + 1
+            most[stream] = max(most.get(stream, 0), running[stream])
+            busy_streams.append(len([s for s, n in running.items() if n]))
+        time.sleep(0.03)
+        with lock:
+            running[stream] -= 1
+
+    def deliver(result):
+        delivered.append(result)
+        if len(delivered) == 8:
+            done.set()
+
+    for index in range(4):           # stream 1's chunks all queued before stream 2 arrives
+        sched.submit(1, index, index == 3, lambda: work(1), deliver)
+    for index in range(4):
+        sched.submit(2, index, index == 3, lambda: work(2), deliver)
+    assert done.wait(10)
+    sched.close()
+    assert most == {1: 1, 2: 1}              # never two chunks of one stream at once
+    assert max(busy_streams) == 2            # but both workers were busy with both streams
+
+
+def test_alone_is_true_only_for_a_job_with_nothing_else_running_or_ready():
+    from tritontts.scheduling import alone
+
+    sched = ChunkScheduler(workers=2)
+    seen: dict[str, bool] = {}
+    release = threading.Event()
+    finished = threading.Event()
+    count = []
+
+    def record(name, wait=None):
+        seen[name] = alone()
+        if wait is not None:
+            wait.wait(5)
+
+    def deliver(_):
+        count.append(1)
+        if len(count) == 4:
+            finished.set()
+
+    sched.submit(1, 0, True, lambda: record("solo"), deliver)
+    time.sleep(0.1)
+    # stream 2's first chunk runs while its second waits for it: nothing else can start
+    sched.submit(2, 0, False, lambda: record("first of a lone stream", release), deliver)
+    sched.submit(2, 1, True, lambda: record("second of a lone stream"), deliver)
+    time.sleep(0.1)
+    sched.submit(3, 0, True, lambda: record("beside another stream"), deliver)
+    time.sleep(0.1)
+    release.set()
+    assert finished.wait(5)
+    sched.close()
+    assert seen == {"solo": True, "first of a lone stream": True,
+                    "second of a lone stream": True, "beside another stream": False}
+    assert alone() is False                  # not on a worker

@@ -7,6 +7,13 @@ them on its own worker threads, lowest chunk index first (then arrival), so ever
 next chunk goes before any stream's chunk after it: new streams start fast and running
 streams advance in step. Results of one stream are released in chunk order, whatever order
 the workers finish them in (state keyed by the stream id the text stage assigns).
+
+A stream runs at most `chunks_per_stream` chunks at once (default 1): its first chunk then
+has the cores to itself instead of sharing them with its own second chunk, which it would
+otherwise delay (its audio plays for far longer than the next chunk takes to make), while
+other streams still keep every worker busy. A job that starts when no other job runs and
+none could start (`alone()` is true on its worker thread) may use every core, e.g. a wider
+onnxruntime session; under load each job gets its own core.
 """
 from __future__ import annotations
 
@@ -19,6 +26,14 @@ from typing import Any, Callable
 
 # A stream whose final chunk never comes (its text stage failed midway) is forgotten after this.
 STALE_STREAM_S = 600.0
+
+_worker = threading.local()
+
+
+def alone() -> bool:
+    """On a scheduler's worker: whether the running job started with no other job running
+    or ready to run (it may use every core). False anywhere else."""
+    return getattr(_worker, "alone", False)
 
 
 @dataclass(order=True)
@@ -39,9 +54,11 @@ class _Stream:
 
 
 class ChunkScheduler:
-    def __init__(self, workers: int, name: str = "chunks"):
+    def __init__(self, workers: int, name: str = "chunks", chunks_per_stream: int = 1):
         self._heap: list[_Job] = []
         self._streams: dict[int, _Stream] = {}
+        self._running: dict[int, int] = {}     # stream id -> its chunks on a worker now
+        self._chunks_per_stream = chunks_per_stream
         self._lock = threading.Condition()
         self._seq = itertools.count()
         self._closed = False
@@ -70,18 +87,43 @@ class ChunkScheduler:
         for t in self._threads:
             t.join(timeout=5)
 
+    def _startable(self, job: _Job) -> bool:
+        return self._running.get(job.stream_id, 0) < self._chunks_per_stream
+
+    def _take(self) -> _Job | None:
+        """The earliest startable job, off the heap (None: none can start now)."""
+        skipped, job = [], None
+        while self._heap:
+            candidate = heapq.heappop(self._heap)
+            if self._startable(candidate):
+                job = candidate
+                break
+            skipped.append(candidate)
+        for other in skipped:
+            heapq.heappush(self._heap, other)
+        return job
+
     def _loop(self) -> None:
         while True:
             with self._lock:
-                while not self._heap and not self._closed:
+                while not self._closed and (job := self._take()) is None:
                     self._lock.wait()
                 if self._closed:
                     return
-                job = heapq.heappop(self._heap)
+                self._running[job.stream_id] = self._running.get(job.stream_id, 0) + 1
+                _worker.alone = (sum(self._running.values()) == 1
+                                 and not any(self._startable(j) for j in self._heap))
             try:
                 result = job.work()
             except Exception as exc:  # noqa: BLE001 - handed to deliver, never lost
                 result = exc
+            finally:
+                _worker.alone = False
+            with self._lock:
+                self._running[job.stream_id] -= 1
+                if not self._running[job.stream_id]:
+                    del self._running[job.stream_id]
+                self._lock.notify_all()     # that stream's next chunk may start now
             self._release(job, result)
 
     def _release(self, job: _Job, result: Any) -> None:

@@ -110,7 +110,8 @@ class TritonPythonModel:
             if context.instance_count != 1:
                 raise ValueError(f"{context.name} must run one instance: its scheduler keeps "
                                  "each stream's chunks in order (raise `workers` instead)")
-            self.scheduler = ChunkScheduler(context.int_parameter("workers", 2), context.name)
+            self.scheduler = ChunkScheduler(context.int_parameter("workers", 2), context.name,
+                                            context.int_parameter("chunks_per_stream", 1))
 
     # --- tensors ------------------------------------------------------------------------
 

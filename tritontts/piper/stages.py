@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+from .. import scheduling
 from ..stage import AUDIO, CHUNK_INDEX, SAMPLE_RATE, STREAM_ID, Inputs, Stage, StageContext, StreamingStage, begin_request
 from .phonemize import PiperPhonemizer
 from .request import parse_piper_params, scales_for
@@ -43,16 +44,18 @@ class PiperVitsStage(Stage):
     def __init__(self, context: StageContext):
         super().__init__(context)
         threads = context.int_parameter("intra_op_threads", 0)
+        shared = context.int_parameter("shared_intra_op_threads", threads)
         self.voices = load_voice_table(context.checkpoint(FAMILY))
-        sessions: dict = {}  # voices sharing one .onnx share one session
+        sessions: dict = {}  # voices sharing one .onnx share its sessions
         self.vits = {name: sessions.setdefault(spec.model_path, PiperVits(
-                         spec.model_path, spec.config.sample_rate, threads))
+                         spec.model_path, spec.config.sample_rate, threads, shared))
                      for name, spec in self.voices.voices.items()}
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
         spec = self.voices.resolve(inputs.scalar("voice"))
         vits = self.vits[spec.name]
         seed = [int(inputs.scalar("seed")), int(inputs.scalar(CHUNK_INDEX))]
+        # Alone on the machine (the scheduler says), the chunk may use every core.
         audio = vits.synthesize(inputs.flat("phoneme_ids"), inputs.flat("scales"), seed,
-                                spec.speaker_id)
+                                spec.speaker_id, alone=scheduling.alone())
         return {AUDIO: audio, SAMPLE_RATE: vits.sample_rate}

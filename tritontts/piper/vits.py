@@ -14,8 +14,15 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 NOISE_INPUT = "tritontts_noise_{}"
-# Noise drawn per request; longer tensors tile it (this is > 20 s of latent frames).
+# Noise drawn per chunk, sized to the sentence: enough for 8 latent frames (192 channels)
+# per phoneme at length scale 1 (speech takes ~4), at most NOISE_LEN (> 20 s of frames).
+# A longer tensor tiles it. Drawing a fixed 2 x 2**19 took ~15 ms, 8 % of a short sentence.
+NOISE_PER_PHONEME = 8 * 192
 NOISE_LEN = 1 << 19
+
+
+def noise_length(phonemes: int, length_scale: float) -> int:
+    return int(min(NOISE_LEN, max(4096, phonemes * NOISE_PER_PHONEME * max(1.0, length_scale))))
 
 
 def make_seedable(model: onnx.ModelProto) -> int:
@@ -53,23 +60,36 @@ def make_seedable(model: onnx.ModelProto) -> int:
 
 
 class PiperVits:
-    """One voice's VITS graph in onnxruntime; thread-compatible, one call at a time."""
+    """One voice's VITS graph in onnxruntime; thread-safe. Two sessions when the thread
+    counts differ: `intra_op_threads` for a chunk that runs alone on the machine (it may
+    use every core: earliest first audio), `shared_intra_op_threads` for one that runs
+    beside others (each its own core: most audio per second under load)."""
 
-    def __init__(self, model_path, sample_rate: int, intra_op_threads: int = 0):
+    def __init__(self, model_path, sample_rate: int, intra_op_threads: int = 0,
+                 shared_intra_op_threads: int | None = None):
         model = onnx.load(str(model_path))
         self.noise_inputs = make_seedable(model)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
-        options.inter_op_num_threads = 1
-        # Instances share two cores: idle threads must sleep, not spin.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(model.SerializeToString(), options,
-                                            providers=["CPUExecutionProvider"])
-        self.input_names = {i.name for i in self.session.get_inputs()}
+        graph = model.SerializeToString()
+        shared = shared_intra_op_threads or intra_op_threads
+        self.shared_session = self._session(graph, shared, spin=False)
+        # Alone on the machine, its threads may spin between operators: nothing else wants
+        # the cores, and a sleeping thread's wake-up costs ~15 % of a short sentence's time.
+        self.alone_session = (self.shared_session if shared == intra_op_threads
+                              else self._session(graph, intra_op_threads, spin=True))
+        self.input_names = {i.name for i in self.alone_session.get_inputs()}
         self.sample_rate = sample_rate
 
-    def synthesize(self, phoneme_ids, scales, seed,
-                   speaker_id: int | None = None) -> np.ndarray:
+    @staticmethod
+    def _session(graph: bytes, threads: int, spin: bool) -> ort.InferenceSession:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # Sharing the cores with other work, idle threads must sleep, not spin.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+
+    def synthesize(self, phoneme_ids, scales, seed, speaker_id: int | None = None,
+                   alone: bool = True) -> np.ndarray:
         """Phoneme ids -> float32 mono audio in [-1, 1] (peak-normalized like piper-tts).
 
         `seed` is anything numpy's default_rng takes (an int, or [request_seed, chunk]).
@@ -82,9 +102,11 @@ class PiperVits:
         }
         if "sid" in self.input_names:
             feeds["sid"] = np.array([speaker_id or 0], dtype=np.int64)
+        size = noise_length(len(phoneme_ids), float(feeds["scales"][1]))
         for k in range(self.noise_inputs):
-            feeds[NOISE_INPUT.format(k)] = rng.standard_normal(NOISE_LEN, dtype=np.float32)
-        audio = self.session.run(None, feeds)[0].reshape(-1)
+            feeds[NOISE_INPUT.format(k)] = rng.standard_normal(size, dtype=np.float32)
+        session = self.alone_session if alone else self.shared_session
+        audio = session.run(None, feeds)[0].reshape(-1)
         peak = float(np.max(np.abs(audio))) if audio.size else 0.0
         # Same loudness handling as piper-tts's own synthesize(): peak-normalize per sentence.
         audio = audio / peak if peak > 1e-8 else np.zeros_like(audio)
