@@ -130,3 +130,29 @@ def test_alone_is_true_only_for_a_job_with_nothing_else_running_or_ready():
     assert seen == {"solo": True, "first of a lone stream": True,
                     "second of a lone stream": True, "beside another stream": False}
     assert alone() is False                  # not on a worker
+
+
+def test_with_audio_durations_a_stream_about_to_run_dry_goes_before_a_new_stream_and_one_with_audio_in_hand_after():
+    # Results carry their audio seconds. Streams 1 and 2 each deliver a first chunk: stream 1
+    # with 0.2 s of audio (dry almost at once), stream 2 with 30 s (plenty in hand).
+    sched = ChunkScheduler(workers=1, played=lambda seconds: seconds,
+                           first_audio_target=0.5, margin=0.5)
+    gate = threading.Event()
+    started: list[tuple[int, int]] = []
+    done = threading.Event()
+    sched.submit(1, 0, False, lambda: 0.2, lambda r: None)
+    sched.submit(2, 0, False, lambda: 30.0, lambda r: None)
+    time.sleep(0.1)
+    sched.submit(99, 0, True, lambda: gate.wait(5) and 0.0, lambda r: None)   # hold the worker
+    time.sleep(0.05)
+    sched.submit(2, 1, True, lambda: (started.append((2, 1)), 1.0)[1], lambda r: None)
+    sched.submit(3, 0, True, lambda: (started.append((3, 0)), 1.0)[1], lambda r: None)
+    sched.submit(1, 1, True, lambda: (started.append((1, 1)), 1.0)[1],
+                 lambda r: None)
+    sched.submit(4, 0, True, lambda: (started.append((4, 0)), done.set(), 1.0)[2], lambda r: None)
+    gate.set()
+    assert done.wait(5)
+    time.sleep(0.1)
+    sched.close()
+    # stream 1 (dry) first; then the new streams in arrival order; stream 2 (30 s in hand) last
+    assert started == [(1, 1), (3, 0), (4, 0), (2, 1)], started

@@ -8,6 +8,13 @@ next chunk goes before any stream's chunk after it: new streams start fast and r
 streams advance in step. Results of one stream are released in chunk order, whatever order
 the workers finish them in (state keyed by the stream id the text stage assigns).
 
+Given `played` (the seconds of audio a result carries), the order is earliest deadline
+first instead: a new stream's first chunk is due `first_audio_target` after it arrived; a
+playing stream's next chunk is due when a listener who started at its first chunk would
+run dry, less `margin` (the time a chunk may take to make). So a stream about to run dry
+goes before a new one, and a new one before streams with seconds of audio in hand: first
+audio stays early while playing streams do not stall (underruns, tritontts.benchmark).
+
 A stream runs at most `chunks_per_stream` chunks at once (default 1): its first chunk then
 has the cores to itself instead of sharing them with its own second chunk, which it would
 otherwise delay (its audio plays for far longer than the next chunk takes to make), while
@@ -17,7 +24,6 @@ onnxruntime session; under load each job gets its own core.
 """
 from __future__ import annotations
 
-import heapq
 import itertools
 import threading
 import time
@@ -44,6 +50,7 @@ class _Job:
     final: bool = field(compare=False)
     work: Callable[[], Any] = field(compare=False)
     deliver: Callable[[Any], None] = field(compare=False)
+    arrival: float = field(compare=False, default_factory=time.monotonic)
 
 
 @dataclass
@@ -51,14 +58,20 @@ class _Stream:
     next_index: int = 0
     ready: dict = field(default_factory=dict)  # chunk index -> (result, deliver, final)
     touched: float = field(default_factory=time.monotonic)
+    first_at: float | None = None     # when its first chunk was delivered
+    audio: float = 0.0                # seconds of audio delivered so far
 
 
 class ChunkScheduler:
-    def __init__(self, workers: int, name: str = "chunks", chunks_per_stream: int = 1):
-        self._heap: list[_Job] = []
+    def __init__(self, workers: int, name: str = "chunks", chunks_per_stream: int = 1,
+                 played: Callable[[Any], float] | None = None,
+                 first_audio_target: float = 0.5, margin: float = 0.5):
+        self._queue: list[_Job] = []
         self._streams: dict[int, _Stream] = {}
         self._running: dict[int, int] = {}     # stream id -> its chunks on a worker now
         self._chunks_per_stream = chunks_per_stream
+        self._played = played
+        self._first_audio_target, self._margin = first_audio_target, margin
         self._lock = threading.Condition()
         self._seq = itertools.count()
         self._closed = False
@@ -72,13 +85,12 @@ class ChunkScheduler:
         """Run work() on a worker; deliver(result) once all earlier chunks are delivered.
         If work() raises, deliver receives the exception (the stream's order still holds)."""
         with self._lock:
-            heapq.heappush(self._heap, _Job(chunk_index, next(self._seq), stream_id, final,
-                                            work, deliver))
+            self._queue.append(_Job(chunk_index, next(self._seq), stream_id, final, work, deliver))
             self._lock.notify()
 
     def pending(self) -> int:
         with self._lock:
-            return len(self._heap)
+            return len(self._queue)
 
     def close(self) -> None:
         with self._lock:
@@ -90,17 +102,23 @@ class ChunkScheduler:
     def _startable(self, job: _Job) -> bool:
         return self._running.get(job.stream_id, 0) < self._chunks_per_stream
 
+    def _deadline(self, job: _Job) -> float:
+        stream = self._streams.get(job.stream_id)
+        if stream is None or stream.first_at is None:
+            return job.arrival + self._first_audio_target
+        return stream.first_at + stream.audio - self._margin
+
     def _take(self) -> _Job | None:
-        """The earliest startable job, off the heap (None: none can start now)."""
-        skipped, job = [], None
-        while self._heap:
-            candidate = heapq.heappop(self._heap)
-            if self._startable(candidate):
-                job = candidate
-                break
-            skipped.append(candidate)
-        for other in skipped:
-            heapq.heappush(self._heap, other)
+        """The job to start now, off the queue (None: none can start now): the earliest
+        chunk index first, or with `played`, the earliest deadline."""
+        startable = [j for j in self._queue if self._startable(j)]
+        if not startable:
+            return None
+        if self._played is None:
+            job = min(startable)
+        else:
+            job = min(startable, key=lambda j: (self._deadline(j), j.chunk_index, j.seq))
+        self._queue.remove(job)
         return job
 
     def _loop(self) -> None:
@@ -112,7 +130,7 @@ class ChunkScheduler:
                     return
                 self._running[job.stream_id] = self._running.get(job.stream_id, 0) + 1
                 _worker.alone = (sum(self._running.values()) == 1
-                                 and not any(self._startable(j) for j in self._heap))
+                                 and not any(self._startable(j) for j in self._queue))
             try:
                 result = job.work()
             except Exception as exc:  # noqa: BLE001 - handed to deliver, never lost
@@ -136,6 +154,9 @@ class ChunkScheduler:
             while stream.next_index in stream.ready:
                 result, deliver, final = stream.ready.pop(stream.next_index)
                 deliver(result)
+                if self._played is not None and not isinstance(result, Exception):
+                    stream.first_at = stream.first_at if stream.first_at is not None else now
+                    stream.audio += self._played(result)
                 stream.next_index += 1
                 if final:
                     del self._streams[job.stream_id]

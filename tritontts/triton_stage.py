@@ -28,8 +28,8 @@ import triton_python_backend_utils as pb_utils
 
 from . import cancellation
 from .scheduling import ChunkScheduler
-from .stage import (CHUNK_INDEX, INVALID_REQUEST_TAG, IS_FINAL, STREAM_ID, EngineStage, Inputs,
-                    InvalidRequest, Stage, StageContext, StreamingStage)
+from .stage import (AUDIO, CHUNK_INDEX, INVALID_REQUEST_TAG, IS_FINAL, SAMPLE_RATE, STREAM_ID,
+                    EngineStage, Inputs, InvalidRequest, Stage, StageContext, StreamingStage)
 from .voice import VOICE_FEATURES
 
 # The stub's embedded interpreter starts in the C locale; torch and espeak data paths
@@ -56,6 +56,15 @@ def load_stage_class(spec: str) -> type[Stage]:
     if not (isinstance(cls, type) and issubclass(cls, Stage)):
         raise ValueError(f"stage {spec!r} is not a tritontts.stage.Stage subclass")
     return cls
+
+
+def audio_seconds(response) -> float:
+    """Seconds of audio a response carries (0 for an error or no audio)."""
+    audio = pb_utils.get_output_tensor_by_name(response, AUDIO)
+    rate = pb_utils.get_output_tensor_by_name(response, SAMPLE_RATE)
+    if audio is None or rate is None:
+        return 0.0
+    return audio.as_numpy().size / float(rate.as_numpy().reshape(-1)[0])
 
 
 def error_response(exc: BaseException) -> "pb_utils.InferenceResponse":
@@ -110,8 +119,14 @@ class TritonPythonModel:
             if context.instance_count != 1:
                 raise ValueError(f"{context.name} must run one instance: its scheduler keeps "
                                  "each stream's chunks in order (raise `workers` instead)")
-            self.scheduler = ChunkScheduler(context.int_parameter("workers", 2), context.name,
-                                            context.int_parameter("chunks_per_stream", 1))
+            # A stage that makes audio is scheduled by its listeners' deadlines.
+            makes_audio = AUDIO in self.output_types and SAMPLE_RATE in self.output_types
+            self.scheduler = ChunkScheduler(
+                context.int_parameter("workers", 2), context.name,
+                context.int_parameter("chunks_per_stream", 1),
+                played=audio_seconds if makes_audio else None,
+                first_audio_target=context.int_parameter("first_audio_target_ms", 500) / 1000,
+                margin=context.int_parameter("playback_margin_ms", 500) / 1000)
 
     # --- tensors ------------------------------------------------------------------------
 

@@ -70,6 +70,10 @@ def get_input_tensor_by_name(request, name: str) -> Tensor | None:
     return request.tensors.get(name)
 
 
+def get_output_tensor_by_name(response: InferenceResponse, name: str) -> Tensor | None:
+    return next((t for t in response.output_tensors if t.name() == name), None)
+
+
 def triton_string_to_numpy(data_type: str):
     return _NUMPY_TYPES[data_type]
 
@@ -133,6 +137,7 @@ class FakeRequest:
 def _module() -> types.ModuleType:
     module = types.ModuleType("triton_python_backend_utils")
     for name in ("Tensor", "TritonError", "InferenceResponse", "get_input_tensor_by_name",
+                 "get_output_tensor_by_name",
                  "triton_string_to_numpy", "using_decoupled_model_transaction_policy",
                  "TRITONSERVER_RESPONSE_COMPLETE_FINAL"):
         setattr(module, name, globals()[name])
