@@ -2,10 +2,7 @@
 
 1. Talker decode speed: vLLM (the served engine, converted checkpoint) vs plain
    transformers `generate` on the same weights, batch 1 and 8, tokens per second, at equal
-   CPU threads: each arm runs in a fresh process with OMP_NUM_THREADS and torch's
-   intra-op threads set to --threads (vLLM keeps an OMP_NUM_THREADS it finds; left unset
-   it drops torch to 1 thread "for serving", and its CPU worker then makes
-   torch.set_num_threads a no-op, so the two arms must not share a process).
+   CPU threads (--threads; each arm in a process of its own: tritontts/benchmark/arms.py).
 2. The served pipeline (tritonserver + front, streaming): time to first audio and
    real-time factor (wall time / audio seconds) per request.
 
@@ -29,6 +26,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tritontts.benchmark.arms import enter_arm, report_arm, run_arm  # noqa: E402
+
 NEW_TOKENS = 64
 
 
@@ -40,7 +39,7 @@ def talker_arm(ckpt_dir: Path, arm: str) -> dict[int, float]:
     from tritontts.cosyvoice3.checkpoint import open_checkpoint
     from tritontts.cosyvoice3.talker import ensure_talker_checkpoint, load_talker_vocab
 
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    enter_arm()
     talker_dir = ensure_talker_checkpoint(open_checkpoint(ckpt_dir), REPO / ".cache")
     vocab = load_talker_vocab(talker_dir)
     rng = np.random.default_rng(0)
@@ -71,24 +70,15 @@ def talker_arm(ckpt_dir: Path, arm: str) -> dict[int, float]:
                 model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
                                min_new_tokens=NEW_TOKENS, do_sample=True, top_k=0, pad_token_id=0)
                 rates[batch] = batch * NEW_TOKENS / (time.perf_counter() - start)
-    rates["torch_threads"] = torch.get_num_threads()
     return rates
 
 
 def talker_speed(ckpt_dir: Path, threads: list[int]):
-    import json
-    import subprocess
-
     print("| threads | batch | vLLM tokens/s | transformers tokens/s | ratio |")
     print("|---:|---:|---:|---:|---:|")
     for n in threads:
-        got = {}
-        for arm in ("vllm", "transformers"):
-            out = subprocess.run([sys.executable, __file__, "--checkpoint", str(ckpt_dir), "--arm", arm],
-                                 env={**os.environ, "OMP_NUM_THREADS": str(n)},
-                                 capture_output=True, text=True, check=True)
-            got[arm] = json.loads(out.stdout.strip().splitlines()[-1])
-            assert got[arm]["torch_threads"] == n, (arm, got[arm])
+        got = {arm: run_arm(Path(__file__), arm, n, ["--checkpoint", str(ckpt_dir)])
+               for arm in ("vllm", "transformers")}
         for batch in ("1", "8"):
             v, t = got["vllm"][batch], got["transformers"][batch]
             print(f"| {n} | {batch} | {v:.1f} | {t:.1f} | {v / t:.2f}× |", flush=True)
@@ -140,8 +130,7 @@ def main():
     parser.add_argument("--arm", choices=("vllm", "transformers"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.arm:                         # one arm, in the process talker_speed started
-        import json
-        print(json.dumps(talker_arm(args.checkpoint, args.arm)))
+        report_arm(talker_arm(args.checkpoint, args.arm))
         return
     ckpt = args.checkpoint
     if ckpt is None:

@@ -2,11 +2,14 @@
 
 1. talker frames per second (backbone + code predictor, 16 codes a frame): our vLLM talker
    (in-process engine, tritontts.qwen3_tts.vllm_model) vs the reference's own generate
-   (qwen-tts-compat, transformers) on the same weights, batch 1 and 8, same prompts;
+   (qwen-tts-compat, transformers) on the same weights, batch 1 and 8, same prompts, at
+   equal CPU threads (--threads; each arm in a process of its own:
+   tritontts/benchmark/arms.py);
 2. served through tritonserver + the front: time to first audio and real-time factor at
    concurrency 1 and 4 (streaming PCM).
 
-  .venv/bin/python scripts/benchmark_qwen3_tts.py [--checkpoint DIR] [--frames 32] [--skip-serving]
+  .venv/bin/python scripts/benchmark_qwen3_tts.py [--checkpoint DIR] [--frames 32] [--threads 1,2]
+                                                 [--skip-talker] [--skip-serving]
 
 Without --checkpoint a random 0.6B CustomVoice checkpoint is written to .cache/ once.
 """
@@ -21,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from tritontts.benchmark.arms import enter_arm, report_arm, run_arm
 from tritontts.testing.stack import REPO
 
 TEXTS = ["Hello there, how are you today?", "The birch canoe slid on the smooth planks.",
@@ -165,8 +169,16 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=32)
     parser.add_argument("--skip-talker", action="store_true")
     parser.add_argument("--skip-serving", action="store_true")
+    parser.add_argument("--threads", default="1,2", help="CPU threads per talker arm (comma-separated)")
+    parser.add_argument("--arm", choices=("vllm", "reference"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     from tritontts.qwen3_tts.checkpoint import open_checkpoint
+
+    if args.arm:                         # one arm, in a process of its own (arms.py)
+        enter_arm()
+        arm = vllm_speed if args.arm == "vllm" else reference_speed
+        report_arm(arm(open_checkpoint(args.checkpoint), args.frames))
+        return
 
     root = args.checkpoint
     if root is None:
@@ -175,12 +187,15 @@ def main() -> None:
         root = REPO / ".cache" / "qwen3-tts-0.6b-custom-voice"
         if not (root / "speech_tokenizer" / "model.safetensors").exists():
             write_random_checkpoint(root, kind="custom_voice", size="0.6b")
-    checkpoint = open_checkpoint(root)
     if not args.skip_talker:
-        ours = vllm_speed(checkpoint, args.frames)
-        theirs = reference_speed(checkpoint, args.frames)
-        for batch in ours:
-            print(f"batch {batch}: vLLM / reference = {ours[batch] / theirs[batch]:.2f}x")
+        print("| threads | batch | vLLM frames/s | reference frames/s | ratio |")
+        print("|---:|---:|---:|---:|---:|")
+        for n in (int(v) for v in args.threads.split(",")):
+            arm_args = ["--checkpoint", str(root), "--frames", str(args.frames)]
+            got = {arm: run_arm(Path(__file__), arm, n, arm_args) for arm in ("vllm", "reference")}
+            for batch in ("1", "8"):
+                v, r = got["vllm"][batch], got["reference"][batch]
+                print(f"| {n} | {batch} | {v:.2f} | {r:.2f} | {v / r:.2f}× |", flush=True)
     if not args.skip_serving:
         serving(root, args.frames)
 

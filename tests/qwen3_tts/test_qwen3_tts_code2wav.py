@@ -276,21 +276,26 @@ def test_waveform_matches_vllm_omni_decoder_and_perturbed_weight_does_not(vllm_o
 
 def test_plan_chunks_initial_then_steady_boundaries():
     assert plan_chunks(60, 25, 1) == [(0, 1), (1, 26), (26, 51), (51, 60)]
+    # growing chunks (the served default): 1, 2, 4, 8, 16, then 25 each
+    assert plan_chunks(60, 25, 1, growth=2) == [(0, 1), (1, 3), (3, 7), (7, 15), (15, 31),
+                                                (31, 56), (56, 60)]
     assert plan_chunks(60, 25, 25) == plan_chunks(60, 25, 0) == [(0, 25), (25, 50), (50, 60)]
     assert plan_chunks(3, 25, 5) == [(0, 3)]
     assert plan_chunks(0, 25, 1) == []
     with pytest.raises(ValueError):
         plan_chunks(60, 25, 26)
+    with pytest.raises(ValueError):
+        plan_chunks(60, 25, 1, growth=1)
 
 
-@pytest.mark.parametrize("initial_chunk_frames", [1, 25])
-def test_stream_with_exact_left_context_equals_whole_utterance(ours, whole, initial_chunk_frames):
+@pytest.mark.parametrize("initial_chunk_frames,growth", [(1, None), (25, None), (1, 2)])
+def test_stream_with_exact_left_context_equals_whole_utterance(ours, whole, initial_chunk_frames, growth):
     context = ours.exact_left_context_frames
     assert context == 154                     # 10 + 2 layers * 71 + 2 < FRAMES
-    streamed = decode_streaming(ours, make_codes(), 25, context, initial_chunk_frames)
+    streamed = decode_streaming(ours, make_codes(), 25, context, initial_chunk_frames, growth)
     peak = whole.abs().max().item()
     diff = max_diff(streamed, whole)
-    print(f"stream (first chunk {initial_chunk_frames}, then 25, context {context}) vs whole: "
+    print(f"stream (first chunk {initial_chunk_frames}, growth {growth}, context {context}) vs whole: "
           f"max-abs-diff {diff:.3g} (peak {peak:.3f})")
     assert diff <= 1e-4 * peak
 

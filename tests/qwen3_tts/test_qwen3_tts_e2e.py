@@ -1,5 +1,5 @@
 """Qwen3-TTS CustomVoice through the real tritonserver and front, on a tiny random
-checkpoint: preset speakers (any case), the chunk schedule (first chunk, then 25 frames),
+checkpoint: preset speakers (any case), the chunk schedule (1 frame, doubling up to 25),
 tasks the checkpoint cannot do, seeded streaming equal to the whole file."""
 from __future__ import annotations
 
@@ -59,13 +59,14 @@ def test_requests_the_checkpoint_cannot_serve_are_400_naming_what_is_needed(http
     assert needle in r.json()["error"]["message"]
 
 
-def test_chunks_follow_first_chunk_then_25_frames(stack):
-    first = json.loads(SETTINGS.read_text())["chunks"]["first_frames"]
+def test_chunks_grow_from_one_frame_doubling_up_to_25(stack):
+    settings = json.loads(SETTINGS.read_text())["chunks"]
+    assert (settings["first_frames"], settings["growth"], settings["frames"]) == (1, 2, 25)
     chunks, error = stream_model(stack.grpc_url, "qwen3_tts", TEXT,
-                                 params={"max_new_tokens": 30, "seed": 2}, timeout=300)
+                                 params={"max_new_tokens": 60, "seed": 2}, timeout=300)
     assert error is None
-    sizes = [c.as_numpy("audio").size for c in chunks]
-    assert sizes == [first * FRAME, 25 * FRAME, (30 - 25 - first) * FRAME], sizes
+    sizes = [c.as_numpy("audio").size // FRAME for c in chunks]
+    assert sizes == [1, 2, 4, 8, 16, 25, 4], sizes
 
 
 def test_initial_codec_chunk_frames_sets_the_first_chunk(stack):

@@ -137,15 +137,20 @@ def _overhead(family, model, checkpoint, url, grpc_url, extra, rounds):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    out = args.out or Path(".cache/benchmarks") / time.strftime("%Y%m%d-%H%M%S")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out or Path(".cache/benchmarks") / stamp
     out.mkdir(parents=True, exist_ok=True)
+    # Checkpoints, server logs and perf_analyzer's input files stay out of the report folder
+    # (which may be committed, as docs/benchmarks/ is).
+    work = Path(".cache/benchmarks/work") / stamp
+    work.mkdir(parents=True, exist_ok=True)
     server = None
     try:
         checkpoints = _checkpoints(args)
         if args.url:
             url, grpc_url = args.url.rstrip("/"), args.grpc_url
         else:
-            server = _start_server(args, out, checkpoints)
+            server = _start_server(args, work, checkpoints)
             url, grpc_url = server.url, server.grpc_url
         served = [m["id"] for m in httpx.get(url + "/v1/models", timeout=30).json()["data"]]
         models = [m.strip() for m in args.models.split(",")] if args.models else served
@@ -171,7 +176,7 @@ def main(argv=None) -> int:
                 print(f"[benchmark] perf_analyzer on {model} ...", file=sys.stderr)
                 result["perf"] = profile_family(grpc_url, model, TEXTS[1],
                                                 {**extra, **({"seed": 1} if "seed" in family.fields else {})},
-                                                out / "perf_analyzer" / model,
+                                                work / "perf_analyzer" / model,
                                                 args.perf_concurrency, args.perf_requests, args.stages)
             if args.overhead_rounds and grpc_url:
                 result["overhead"] = _overhead(family, model, checkpoints.get(family.name),

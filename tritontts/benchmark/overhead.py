@@ -1,7 +1,8 @@
 """Serving overhead at concurrency 1: the same request, in turn, (1) through the stage code in
 this process (inprocess.py), (2) straight to tritonserver over gRPC streaming, (3) through
-the OpenAI front over HTTP. Interleaved request by request, so this machine's noise hits the
-three paths alike; time to first audio and real-time factor per path, and the differences.
+the OpenAI front over HTTP. Interleaved request by request, each path first in turn, so
+this machine's noise (and any order effect) hits the three paths alike; time to first audio
+and real-time factor per path, and the differences.
 """
 from __future__ import annotations
 
@@ -84,20 +85,23 @@ def measure(family: Family, model: str, inprocess: InProcessEnsemble, front_url:
         runs = paths.setdefault(label, {"in-process": [], "triton gRPC": [], "front HTTP": []})
         for i in range(rounds + 1):          # round 0 warms every path up and is dropped
             params = {**extra, **({"seed": i} if seeded else {})}
-            start = time.perf_counter()
-            timeline = inprocess.synthesize(text, json.dumps(params))
-            local = RequestResult(chars=len(text), status=200 if timeline.error is None else 500,
-                                  error=timeline.error, pieces=timeline.pieces,
-                                  first_audio=timeline.pieces[0][0] if timeline.pieces else None,
-                                  wall=time.perf_counter() - start)
-            remote = grpc_stream(grpc_url, model, text, params)
+
+            def local():
+                start = time.perf_counter()
+                timeline = inprocess.synthesize(text, json.dumps(params))
+                return RequestResult(chars=len(text), status=200 if timeline.error is None else 500,
+                                     error=timeline.error, pieces=timeline.pieces,
+                                     first_audio=timeline.pieces[0][0] if timeline.pieces else None,
+                                     wall=time.perf_counter() - start)
+
             body = {"model": model, "input": text, "response_format": "pcm",
                     "stream_format": "audio", **params}
-            http = asyncio.run(over_http(body))
-            if i:
-                runs["in-process"].append(local)
-                runs["triton gRPC"].append(remote)
-                runs["front HTTP"].append(http)
+            arms = [("in-process", local), ("triton gRPC", lambda: grpc_stream(grpc_url, model, text, params)),
+                    ("front HTTP", lambda: asyncio.run(over_http(body)))]
+            for name, run in arms[i % 3:] + arms[:i % 3]:    # each path goes first in turn
+                result = run()
+                if i:
+                    runs[name].append(result)
     report = {}
     for label, runs in paths.items():
         summary = {path: _summary(results) for path, results in runs.items()}

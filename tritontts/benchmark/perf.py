@@ -23,7 +23,9 @@ import numpy as np
 
 from ..stage import IS_FINAL, STREAM_ID
 
-# perf_analyzer's output columns we report, in microseconds (first response for streams).
+# perf_analyzer's output columns we report, in microseconds. For a decoupled model 2.51
+# measures a request until its last response (a 2-sentence piper request: both sentences),
+# so time to first audio comes from the front-level load (load.py), not from here.
 LATENCY_COLUMNS = {"p50": "p50 latency", "p95": "p95 latency", "p99": "p99 latency"}
 
 
@@ -127,8 +129,8 @@ def run_perf_analyzer(grpc_url: str, model: str, data_file: Path, concurrency: l
                       requests_per_window: int, workdir: Path, timeout: float = 900.0
                       ) -> list[dict[str, Any]]:
     """perf_analyzer --streaming at each concurrency level (one run per level: its ranges
-    step linearly); one row per level, latencies in ms (for a decoupled model, the first
-    response's)."""
+    step linearly); one row per level: requests/s, responses/s, latencies in ms (request
+    sent -> its last response)."""
     rows = []
     for level in concurrency:
         csv_file = workdir / f"{model}.c{level}.csv"
@@ -149,6 +151,7 @@ def run_perf_analyzer(grpc_url: str, model: str, data_file: Path, concurrency: l
             for row in csv.DictReader(f):
                 rows.append({"concurrency": int(row["Concurrency"]),
                              "throughput": float(row["Inferences/Second"]),
+                             "responses_per_s": float(row.get("Response Throughput") or 0.0),
                              **{k: float(row[c]) / 1000.0 for k, c in LATENCY_COLUMNS.items()}})
     return rows
 

@@ -56,14 +56,16 @@ def markdown(report: dict[str, Any]) -> str:
         if errors:
             lines += ["", "Errors seen: " + "; ".join(f"`{e}`" for e in errors)]
         if result.get("perf"):
-            lines += ["", "perf_analyzer `--streaming` (latency = first response):", "",
-                      "| model | c | infer/s | p50 / p95 / p99 (ms) |", "|---|---:|---:|---|"]
+            lines += ["", "perf_analyzer `--streaming` (latency: request sent → its last response):", "",
+                      "| model | c | requests/s | responses/s | p50 / p95 / p99 (ms) |",
+                      "|---|---:|---:|---:|---|"]
             for name, rows in result["perf"].items():
                 if isinstance(rows, dict):
-                    lines.append(f"| {name} | – | – | failed: {rows['error'][:160]} |")
+                    lines.append(f"| {name} | – | – | – | failed: {rows['error'][:160]} |")
                     continue
                 for r in rows:
                     lines.append(f"| {name} | {r['concurrency']} | {r['throughput']:.2f} | "
+                                 f"{_num(r.get('responses_per_s'))} | "
                                  f"{r['p50']:.0f} / {r['p95']:.0f} / {r['p99']:.0f} |")
         if result.get("overhead"):
             from .overhead import markdown as overhead_markdown

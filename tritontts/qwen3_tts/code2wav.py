@@ -31,7 +31,7 @@ import json
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +41,7 @@ from ..checkpoint import CheckpointError, load_strict, require_dir, require_file
 
 __all__ = [
     "Code2WavConfig", "Qwen3TTSCode2Wav", "load_code2wav", "decode_chunk", "decode_streaming",
-    "plan_chunks", "CONFIG_FILE", "WEIGHTS_FILE", "STATE_DICT_PREFIX",
+    "plan_chunks", "chunk_sizes", "CONFIG_FILE", "WEIGHTS_FILE", "STATE_DICT_PREFIX",
 ]
 
 CONFIG_FILE = "config.json"
@@ -538,32 +538,43 @@ def decode_chunk(module: Qwen3TTSCode2Wav, codes_window: Tensor, left_context_fr
     return audio[..., audio.shape[-1] - new * module.samples_per_frame:]
 
 
-def plan_chunks(total_frames: int, chunk_frames: int = 25, initial_chunk_frames: int = 0
-                ) -> list[tuple[int, int]]:
-    """[start, end) frame ranges a stream emits: a first chunk of initial_chunk_frames when
-    0 < initial_chunk_frames < chunk_frames, then chunk_frames each from there, the last
-    one short (the boundaries vLLM-Omni's qwen3_tts stage input processor uses)."""
-    if chunk_frames <= 0 or not 0 <= initial_chunk_frames <= chunk_frames:
-        raise ValueError(f"need chunk_frames > 0 and 0 <= initial_chunk_frames <= chunk_frames, "
-                         f"got {chunk_frames}, {initial_chunk_frames}")
+def chunk_sizes(chunk_frames: int = 25, initial_chunk_frames: int = 0,
+                growth: int | None = None) -> Iterator[int]:
+    """Frames per chunk of a stream, in order, without end: a first chunk of
+    initial_chunk_frames when 0 < initial_chunk_frames < chunk_frames, then chunk_frames
+    each (vLLM-Omni's qwen3_tts boundaries) or, with `growth`, each chunk `growth` times
+    the one before, up to chunk_frames."""
+    if chunk_frames <= 0 or not 0 <= initial_chunk_frames <= chunk_frames or (growth or 2) < 2:
+        raise ValueError(f"need chunk_frames > 0, 0 <= initial_chunk_frames <= chunk_frames "
+                         f"and growth >= 2 if given, got {chunk_frames}, {initial_chunk_frames}, {growth}")
+    size = initial_chunk_frames if 0 < initial_chunk_frames < chunk_frames else chunk_frames
+    while True:
+        yield size
+        size = min(chunk_frames, size * growth) if growth else chunk_frames
+
+
+def plan_chunks(total_frames: int, chunk_frames: int = 25, initial_chunk_frames: int = 0,
+                growth: int | None = None) -> list[tuple[int, int]]:
+    """[start, end) frame ranges a stream of total_frames emits (chunk_sizes), the last one
+    short."""
     bounds = [0]
-    if 0 < initial_chunk_frames < chunk_frames:
-        bounds.append(min(initial_chunk_frames, total_frames))
-    while bounds[-1] < total_frames:
-        bounds.append(min(bounds[-1] + chunk_frames, total_frames))
-    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+    for size in chunk_sizes(chunk_frames, initial_chunk_frames, growth):
+        if bounds[-1] >= total_frames:
+            break
+        bounds.append(min(bounds[-1] + size, total_frames))
+    return list(zip(bounds, bounds[1:]))
 
 
 @torch.no_grad()
 def decode_streaming(module: Qwen3TTSCode2Wav, codes: Tensor, chunk_frames: int = 25,
-                     left_context_frames: int | None = None, initial_chunk_frames: int = 0
-                     ) -> Tensor:
+                     left_context_frames: int | None = None, initial_chunk_frames: int = 0,
+                     growth: int | None = None) -> Tensor:
     """Decode [B, Q, T] chunk by chunk as a stream would (plan_chunks, decode_chunk on each
     with up to left_context_frames frames before it) and concatenate. None means
     module.exact_left_context_frames."""
     context = module.exact_left_context_frames if left_context_frames is None else left_context_frames
     pieces = []
-    for start, end in plan_chunks(codes.shape[-1], chunk_frames, initial_chunk_frames):
+    for start, end in plan_chunks(codes.shape[-1], chunk_frames, initial_chunk_frames, growth):
         first = max(0, start - context)
         pieces.append(decode_chunk(module, codes[..., first:end], start - first))
     if not pieces:

@@ -27,6 +27,7 @@ from .. import sampling
 from ..sampling import SAMPLING
 from ..vllm_talker import VllmTalkerStage
 from ..voice import checkpoint_fingerprint, pack_voice, unpack_voice
+from .code2wav import chunk_sizes
 from .checkpoint import Qwen3TTSCheckpoint, open_checkpoint
 from .family import FAMILY
 from .prompt import TextTokenizer, base_prompt, custom_voice_prompt, voice_design_prompt
@@ -224,6 +225,10 @@ class Qwen3TTSTalkerStage(VllmTalkerStage):
         chunks = self.settings["chunks"]
         self.chunk_frames = int(chunks["frames"])
         self.first_chunk_frames = int(chunks["first_frames"])
+        # Chunks grow from the first by this factor up to `frames`: a 1-frame first chunk
+        # (80 ms of audio) followed at once by 25 frames made every stream run dry while
+        # those were made (the benchmark's underruns); growing ones keep the buffer ahead.
+        self.chunk_growth = chunks.get("growth")
         self.left_context_frames = int(chunks["left_context_frames"])
         t = self.checkpoint.config.talker
         self.eos = t.codec_eos_token_id
@@ -273,14 +278,15 @@ class Qwen3TTSTalkerStage(VllmTalkerStage):
             allowed_token_ids=self.allowed_ids, detokenize=False, extra_args={FRAMES_ARG: key})
         first = int(inputs.scalar("first_chunk_frames")) or self.first_chunk_frames
         try:
-            sent, bound = 0, first
+            sizes = chunk_sizes(self.chunk_frames, first, self.chunk_growth)
+            sent, size = 0, next(sizes)
             # The model appends to stream.frames as it completes them (tritontts.vllm_frames).
             frames = stream.frames
             async for _ in self.generate([self.placeholder_id] * prompt.shape[0], params, key,
                                          inputs.cancelled):
-                while len(frames) >= bound:
-                    yield self.chunk(ref, frames, sent, bound, final=False)
-                    sent, bound = bound, bound + self.chunk_frames
+                while len(frames) >= sent + size:
+                    yield self.chunk(ref, frames, sent, sent + size, final=False)
+                    sent, size = sent + size, next(sizes)
             frames = frames[:max_frames]
             if not frames:
                 raise RuntimeError("the talker produced no frame")

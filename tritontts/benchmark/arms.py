@@ -1,0 +1,53 @@
+"""Talker benchmarks at equal CPU threads: each arm (vLLM, the reference's generate) runs in
+a fresh process of its own with the same thread count.
+
+Why a process each: vLLM's CPU worker picks its own threads. By default it reserves one
+core for its scheduler and pins its compute threads to the rest (on 2 cores: 1 thread on
+core 0, whatever OMP_NUM_THREADS says), and it makes torch.set_num_threads a no-op in its
+process, so an arm run after it in the same process gets whatever vLLM left. An arm's
+process gets OMP_NUM_THREADS=n and VLLM_CPU_OMP_THREADS_BIND=0-(n-1) (vLLM binds exactly
+those cores), calls `enter_arm()` (torch's threads for a non-vLLM arm) and prints one JSON
+line, which includes the threads torch really ran with.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def arm_environment(threads: int) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": str(threads),
+            "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}"}
+
+
+def enter_arm() -> int:
+    """In an arm's process, before any work: torch's intra-op threads = OMP_NUM_THREADS."""
+    import torch
+
+    threads = int(os.environ["OMP_NUM_THREADS"])
+    torch.set_num_threads(threads)
+    return threads
+
+
+def report_arm(result: dict[str, Any]) -> None:
+    """An arm's last output line: its numbers plus the threads torch ran with."""
+    import torch
+
+    print(json.dumps({**{str(k): v for k, v in result.items()},
+                      "torch_threads": torch.get_num_threads()}), flush=True)
+
+
+def run_arm(script: Path, arm: str, threads: int, args: list[str]) -> dict[str, Any]:
+    """`python script --arm ARM *args` at `threads` threads; its JSON line."""
+    out = subprocess.run([sys.executable, str(script), "--arm", arm, *args],
+                         env=arm_environment(threads), capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{arm} arm failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if result["torch_threads"] != threads:
+        raise RuntimeError(f"{arm} ran with {result['torch_threads']} threads, not {threads}")
+    return result
