@@ -137,16 +137,17 @@ class ChunkScheduler:
                 result = exc
             finally:
                 _worker.alone = False
-            with self._lock:
-                self._running[job.stream_id] -= 1
-                if not self._running[job.stream_id]:
-                    del self._running[job.stream_id]
-                self._lock.notify_all()     # that stream's next chunk may start now
             self._release(job, result)
 
     def _release(self, job: _Job, result: Any) -> None:
-        # Deliver under the lock so two workers never send one stream's chunks out of order.
+        # Deliver under the lock so two workers never send one stream's chunks out of order;
+        # the stream's next chunk may start only once this one's audio is counted (its
+        # deadline depends on it).
         with self._lock:
+            self._running[job.stream_id] -= 1
+            if not self._running[job.stream_id]:
+                del self._running[job.stream_id]
+            self._lock.notify_all()
             now = time.monotonic()
             stream = self._streams.setdefault(job.stream_id, _Stream())
             stream.ready[job.chunk_index] = (result, job.deliver, job.final)
