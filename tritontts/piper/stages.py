@@ -44,18 +44,21 @@ class PiperVitsStage(Stage):
     def __init__(self, context: StageContext):
         super().__init__(context)
         threads = context.int_parameter("intra_op_threads", 0)
-        shared = context.int_parameter("shared_intra_op_threads", threads)
+        first = context.int_parameter("first_chunk_intra_op_threads", threads)
         self.voices = load_voice_table(context.checkpoint(FAMILY))
         sessions: dict = {}  # voices sharing one .onnx share its sessions
         self.vits = {name: sessions.setdefault(spec.model_path, PiperVits(
-                         spec.model_path, spec.config.sample_rate, threads, shared))
+                         spec.model_path, spec.config.sample_rate, threads, first))
                      for name, spec in self.voices.voices.items()}
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
         spec = self.voices.resolve(inputs.scalar("voice"))
         vits = self.vits[spec.name]
-        seed = [int(inputs.scalar("seed")), int(inputs.scalar(CHUNK_INDEX))]
-        # Alone on the machine (the scheduler says), the chunk may use every core.
+        index = int(inputs.scalar(CHUNK_INDEX))
+        seed = [int(inputs.scalar("seed")), index]
+        # A stream's first chunk uses every core; alone on the machine (the scheduler says),
+        # its threads may also spin.
         audio = vits.synthesize(inputs.flat("phoneme_ids"), inputs.flat("scales"), seed,
-                                spec.speaker_id, alone=scheduling.alone())
+                                spec.speaker_id, first_chunk=index == 0,
+                                alone=scheduling.alone())
         return {AUDIO: audio, SAMPLE_RATE: vits.sample_rate}
