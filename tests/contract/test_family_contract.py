@@ -17,6 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
+from tritontts.benchmark.perf import ensemble_input_data
 from tritontts.families import FAMILIES
 from tritontts.testing.audio import decode, pcm16, rms
 from tritontts.testing.grpc import stream_model
@@ -214,10 +215,7 @@ def test_perf_analyzer_streams_from_the_ensemble(served, family, example, tmp_pa
     exe = Path(sys.executable).with_name("perf_analyzer")
     assert exe.exists(), "scripts/setup.sh installs perf_analyzer"
     data = tmp_path / "input.json"
-    data.write_text(json.dumps({"data": [{
-        "text": {"content": ["Hello there."], "shape": [1]},
-        "voice": {"content": [""], "shape": [1]},
-        "params": {"content": [json.dumps({**example, "seed": 1})], "shape": [1]}}]}))
+    data.write_text(json.dumps(ensemble_input_data("Hello there.", {**example, "seed": 1})))
     out = subprocess.run([str(exe), "-m", family.name, "-u", served.grpc_url, "-i", "grpc",
                           "--streaming", "--input-data", str(data), "--concurrency-range", "1:2",
                           # Count windows and a stability bound it always meets (max/min of

@@ -20,16 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from ..family import Family
+from ..repository import ENSEMBLE_REPOSITORY, STAGE_REPOSITORY, ensemble_path, read_config
 from ..stage import AUDIO, IS_FINAL, SAMPLE_RATE
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _parse(config: Path):
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2 as mc
-
-    return text_format.Parse(config.read_text(), mc.ModelConfig())
 
 
 @dataclass
@@ -59,7 +51,7 @@ class _StageHost:
         from ..triton_stage import TritonPythonModel
 
         config = repository / name / "config.pbtxt"
-        count = sum(g.count or 1 for g in _parse(config).instance_group) or 1
+        count = sum(g.count or 1 for g in read_config(config).instance_group) or 1
         self.name = name
         self.queue: queue.Queue = queue.Queue()
         self.models = []
@@ -91,7 +83,8 @@ class _StageHost:
 class InProcessEnsemble:
     """`family`'s ensemble in this process; `synthesize` streams like the served one."""
 
-    def __init__(self, family: Family, checkpoint: Path | None, repository: Path | None = None):
+    def __init__(self, family: Family, checkpoint: Path | None,
+                 stages: Path = STAGE_REPOSITORY, ensembles: Path = ENSEMBLE_REPOSITORY):
         from ..testing.pb_utils import fake_pb_utils
 
         if checkpoint is not None:     # the stages read it as the launcher hands it to them
@@ -99,9 +92,7 @@ class InProcessEnsemble:
         self.family = family
         self._pb_utils = fake_pb_utils()
         self._pb_utils.__enter__()
-        ensembles = (repository or REPO) / "ensembles"
-        stages = (repository or REPO) / "model_repository"
-        config = _parse(ensembles / family.name / "config.pbtxt")
+        config = read_config(ensemble_path(family, ensembles))
         self.steps = [(s.model_name, dict(s.input_map), dict(s.output_map))
                       for s in config.ensemble_scheduling.step]
         self.hosts = {}
@@ -144,7 +135,7 @@ class InProcessEnsemble:
             if step < last:
                 submit(step + 1, {**tensors, **produced})
                 return
-            audio = produced[output_map[AUDIO]] if AUDIO in output_map else response.output(AUDIO)[0]
+            audio = response.output(AUDIO)[0]
             rate = int(np.asarray(response.output(SAMPLE_RATE)).reshape(-1)[0])
             timeline.pieces.append((time.perf_counter() - start, audio.size / rate))
             if bool(np.asarray(response.output(IS_FINAL)).reshape(-1)[0]):

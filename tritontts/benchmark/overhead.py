@@ -13,9 +13,9 @@ import time
 from typing import Any, Sequence
 
 import httpx
-import numpy as np
 
 from ..family import Family
+from ..testing.grpc import ensemble_inputs
 from .inprocess import InProcessEnsemble
 from .load import RequestResult, TEXTS, percentile, stream_one
 
@@ -32,11 +32,7 @@ def grpc_stream(url: str, model: str, text: str, params: dict[str, Any],
     client = grpcclient.InferenceServerClient(url)
     client.start_stream(callback=lambda result, error: arrivals.put((time.perf_counter(), result, error)))
     try:
-        inputs = []
-        for name, value in (("text", text), ("voice", ""), ("params", json.dumps(params))):
-            tensor = grpcclient.InferInput(name, [1, 1], "BYTES")
-            tensor.set_data_from_numpy(np.array([[value.encode()]], dtype=np.object_))
-            inputs.append(tensor)
+        inputs = ensemble_inputs(text, "", params)
         start = time.perf_counter()
         client.async_stream_infer(model, inputs)
         while True:

@@ -156,6 +156,13 @@ def run_perf_analyzer(grpc_url: str, model: str, data_file: Path, concurrency: l
     return rows
 
 
+def ensemble_input_data(text: str, params: dict[str, Any]) -> dict[str, Any]:
+    """perf_analyzer's --input-data for a family's ensemble: one request's text and params."""
+    return {"data": [{"text": {"content": [text], "shape": [1]},
+                      "voice": {"content": [""], "shape": [1]},
+                      "params": {"content": [json.dumps(params)], "shape": [1]}}]}
+
+
 def profile_family(grpc_url: str, ensemble: str, text: str, params: dict[str, Any],
                    workdir: Path, concurrency: list[int], requests_per_window: int,
                    stages: bool = True) -> dict[str, Any]:
@@ -166,10 +173,7 @@ def profile_family(grpc_url: str, ensemble: str, text: str, params: dict[str, An
     workdir.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {}
     ensemble_data = workdir / f"{ensemble}.json"
-    ensemble_data.write_text(json.dumps({"data": [{
-        "text": {"content": [text], "shape": [1]},
-        "voice": {"content": [""], "shape": [1]},
-        "params": {"content": [json.dumps(params)], "shape": [1]}}]}))
+    ensemble_data.write_text(json.dumps(ensemble_input_data(text, params)))
     targets = [(ensemble, ensemble_data)]
     if stages:
         client = grpcclient.InferenceServerClient(grpc_url)

@@ -7,9 +7,8 @@ import queue
 import numpy as np
 
 
-def stream_model(url: str, model: str, text: str, voice: str = "", params: dict | None = None,
-                 timeout: float = 120.0):
-    """Returns (the responses that carry audio, in order; the error or None)."""
+def ensemble_inputs(text: str, voice: str = "", params: dict | None = None) -> list:
+    """The ensemble's three BYTES inputs for one request (tritontts.stage conventions)."""
     import tritonclient.grpc as grpcclient
 
     def tensor(name, value):
@@ -17,14 +16,20 @@ def stream_model(url: str, model: str, text: str, voice: str = "", params: dict 
         t.set_data_from_numpy(np.array([[value.encode()]], dtype=np.object_))
         return t
 
+    return [tensor("text", text), tensor("voice", voice), tensor("params", json.dumps(params or {}))]
+
+
+def stream_model(url: str, model: str, text: str, voice: str = "", params: dict | None = None,
+                 timeout: float = 120.0):
+    """Returns (the responses that carry audio, in order; the error or None)."""
+    import tritonclient.grpc as grpcclient
+
     results: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     try:
-        client.async_stream_infer(
-            model, [tensor("text", text), tensor("voice", voice),
-                    tensor("params", json.dumps(params or {}))],
-            enable_empty_final_response=True)
+        client.async_stream_infer(model, ensemble_inputs(text, voice, params),
+                                  enable_empty_final_response=True)
         chunks = []
         while True:
             result, error = results.get(timeout=timeout)
