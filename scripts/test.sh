@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -ra "$@"
+# --durations: every run (CI included) shows where the time goes, to keep the suite in budget.
+exec .venv/bin/python -m pytest -ra --durations=30 "$@"

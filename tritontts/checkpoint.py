@@ -1,9 +1,16 @@
 """What every family's checkpoint loader shares: one error type that names the file, one
-check for the files a layout needs, one strict state-dict load."""
+check for the files a layout needs, one strict state-dict load, one cache folder."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterable
+
+
+def cache_root(given: str | Path | None = None) -> Path:
+    """Where conversions and exports made from checkpoints are kept: `given`, else
+    $TRITONTTS_CACHE, else ~/.cache/tritontts."""
+    return Path(given or os.environ.get("TRITONTTS_CACHE") or Path.home() / ".cache" / "tritontts")
 
 
 class CheckpointError(ValueError):

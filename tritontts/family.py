@@ -52,6 +52,9 @@ class Family:
     # For tests and benchmarks: a random checkpoint in the real layout, and the extra
     # request fields (beyond input/voice) that a request to it needs.
     write_random_checkpoint: Callable[..., Path] | None = None
+    # The networks of its non-autoregressive stages that may run on onnxruntime or TensorRT
+    # (tritontts.runtime Graphs) for the checkpoint at a path: what build/export.py exports.
+    export_graphs: Callable[[Path], list] | None = None
     example_params: Callable[[], dict[str, Any]] = field(default=dict)
     # Checkpoint variants the contract suite also runs (e.g. Qwen3-TTS's kinds): name ->
     # (options for write_random_checkpoint, extra request fields that variant needs).

@@ -158,6 +158,7 @@ class StageContext:
     version: str = "1"
     parameters: dict[str, str] = field(default_factory=dict)   # config.pbtxt `parameters`
     instance_count: int = 1
+    device: str = "cpu"                        # "cuda:N" for a KIND_GPU instance on GPU N
 
     def settings(self, filename: str = "model.json") -> dict[str, Any]:
         """A JSON file in the version folder (a talker's engine arguments), as vllm_backend

@@ -58,6 +58,14 @@ def load_stage_class(spec: str) -> type[Stage]:
     return cls
 
 
+def instance_device(args: dict) -> str:
+    """Where this instance's tensors live: Triton names the instance's kind and device in
+    initialize()'s args (KIND_GPU -> "GPU" and the GPU's index)."""
+    if str(args.get("model_instance_kind", "CPU")).upper() == "GPU":
+        return f"cuda:{int(args.get('model_instance_device_id', 0))}"
+    return "cpu"
+
+
 def audio_seconds(response) -> float:
     """Seconds of audio a response carries (0 for an error or no audio)."""
     audio = pb_utils.get_output_tensor_by_name(response, AUDIO)
@@ -95,7 +103,8 @@ class TritonPythonModel:
         context = StageContext(
             name=config["name"], model_dir=Path(args["model_repository"]),
             version=str(args.get("model_version", "1")), parameters=parameters,
-            instance_count=sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1)
+            instance_count=sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) or 1,
+            device=instance_device(args))
         self.input_names = [t["name"] for t in config.get("input", [])]
         self.output_types = {t["name"]: pb_utils.triton_string_to_numpy(t["data_type"])
                              for t in config.get("output", [])}

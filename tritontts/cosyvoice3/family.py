@@ -36,6 +36,13 @@ def _example_params() -> dict:
             "ref_text": "This is the reference voice."}
 
 
+def _export_graphs(path: Path) -> list:
+    from .checkpoint import open_checkpoint
+    from .stages import export_graphs
+
+    return export_graphs(open_checkpoint(path))
+
+
 FAMILY = Family(
     name="cosyvoice3",
     description="Fun-CosyVoice3: vLLM talker -> flow matching DiT -> CausalHiFT; clones "
@@ -54,5 +61,6 @@ FAMILY = Family(
     voice_encoder="cosyvoice3_prompt",
     released_names=("FunAudioLLM/Fun-CosyVoice3-0.5B-2512",),
     write_random_checkpoint=_write_random_checkpoint,
+    export_graphs=_export_graphs,
     example_params=_example_params,
 )

@@ -297,29 +297,68 @@ class DiT(nn.Module):
         self.long_skip_connection = nn.Linear(dim * 2, dim, bias=False) if long_skip_connection else None
         self.norm_out = AdaLayerNormZeroFinal(dim)
         self.proj_out = nn.Linear(dim, mel_dim)
+        # Set by a stage that runs `velocity` elsewhere (tritontts.runtime: ONNX, TensorRT);
+        # same call, same result tuple.
+        self.velocity_runner = None
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, mu: torch.Tensor, t: torch.Tensor,
                 spks: torch.Tensor, cond: torch.Tensor, streaming: bool = False) -> torch.Tensor:
         """x, mu, cond [B, 80, T]; mask [B, 1, T]; t [B] or scalar; spks [B, 80] ->
         velocity [B, mel_dim, T]. streaming=True applies the static chunk mask."""
-        x, mu, cond = x.transpose(1, 2), mu.transpose(1, 2), cond.transpose(1, 2)
-        b, length = x.shape[:2]
         if t.ndim == 0:
-            t = t.repeat(b)
-        t_emb = self.time_embed(t)
-        h = self.input_embed(x, cond, mu, spks)
-        angles = self.rotary_embed(length)
+            t = t.repeat(x.shape[0])
+        velocity = self.velocity_runner or self.velocity
+        return velocity(x, mask, mu, t, spks, cond, self.attention_mask(mask, streaming))[0]
+
+    def attention_mask(self, mask: torch.Tensor, streaming: bool) -> torch.Tensor:
+        """[B, 1, T, T], True where a frame may attend: the valid frames, and with
+        streaming only those up to the end of the frame's own chunk."""
         valid = mask[:, 0].bool()
         if streaming and self.static_chunk_size > 0:
-            attn_mask = chunk_attention_mask(valid, self.static_chunk_size)
-        else:
-            attn_mask = valid[:, None, None, :].expand(b, 1, length, length)
+            return chunk_attention_mask(valid, self.static_chunk_size)
+        length = valid.shape[1]
+        return valid[:, None, None, :].expand(valid.shape[0], 1, length, length)
+
+    def velocity(self, x: torch.Tensor, mask: torch.Tensor, mu: torch.Tensor, t: torch.Tensor,
+                 spks: torch.Tensor, cond: torch.Tensor,
+                 attn_mask: torch.Tensor) -> tuple[torch.Tensor]:
+        """The network alone (what the ONNX/TensorRT export holds; the mask is built
+        outside so one graph serves streaming and whole requests): t [B] ->
+        (velocity [B, mel_dim, T],)."""
+        x, mu, cond = x.transpose(1, 2), mu.transpose(1, 2), cond.transpose(1, 2)
+        t_emb = self.time_embed(t)
+        h = self.input_embed(x, cond, mu, spks)
+        angles = self.rotary_embed(x.shape[1])
+        valid = mask[:, 0].bool()
         skip = h
         for block in self.transformer_blocks:
             h = block(h, t_emb, attn_mask, valid, angles)
         if self.long_skip_connection is not None:
             h = self.long_skip_connection(torch.cat([h, skip], dim=-1))
-        return self.proj_out(self.norm_out(h, t_emb)).transpose(1, 2)
+        return (self.proj_out(self.norm_out(h, t_emb)).transpose(1, 2),)
+
+
+def velocity_graph(dit: DiT, max_batch: int = 16, max_frames: int = 3000):
+    """DiT.velocity as a tritontts.runtime Graph. Batch rows come in conditional /
+    unconditional pairs (CFG), so 2 per request; frames are prompt plus speech so far,
+    which the streaming chunks grow 50 at a time (opt: a few chunks after a short prompt).
+    max_frames bounds TensorRT's profile (60 s: attention memory grows with its square)."""
+    from ..runtime import Axis, Graph, Method, TensorSpec
+
+    f32 = torch.float32
+    mu_dim = dit.input_embed.proj.in_features - 2 * dit.mel_dim - dit.input_embed.spk_dim
+    return Graph(
+        name="cosyvoice3_flow_velocity", module=Method(dit, "velocity"),
+        inputs=(TensorSpec("x", f32, ("batch", dit.mel_dim, "frames")),
+                TensorSpec("mask", f32, ("batch", 1, "frames")),
+                TensorSpec("mu", f32, ("batch", mu_dim, "frames")),
+                TensorSpec("t", f32, ("batch",)),
+                TensorSpec("spks", f32, ("batch", max(dit.input_embed.spk_dim, 1))),
+                TensorSpec("cond", f32, ("batch", dit.mel_dim, "frames")),
+                TensorSpec("attn_mask", torch.bool, ("batch", 1, "frames", "frames"))),
+        outputs=("velocity",),
+        axes={"batch": Axis(2, 2, max_batch), "frames": Axis(2, 300, max_frames)},
+        output_axes={"velocity": {0: "batch", 2: "frames"}})
 
 
 # -------------------------------------------------------------------------------- CFM solver

@@ -36,7 +36,7 @@ from .config import kwargs_of
 __all__ = [
     "CausalConv1d", "CausalDownsampleConv1d", "CausalUpsampleConv1d", "Snake", "ResBlock",
     "CausalConvRNNF0Predictor", "HarmonicNoiseSource", "CausalHiFTGenerator",
-    "load_hift_state_dict", "stream_hift", "DEFAULT_NOISE_SEED",
+    "load_hift_state_dict", "stream_hift", "spectrum_graph", "DEFAULT_NOISE_SEED",
 ]
 
 # Upstream draws its noise tables from the global RNG when the module is built, so they are
@@ -347,6 +347,8 @@ class CausalHiFTGenerator(nn.Module):
         self.conv_post = CausalConv1d(channels[-1], spec_channels, 7)
         window = get_window("hann", self.n_fft, fftbins=True).astype(np.float32)
         self.register_buffer("stft_window", torch.from_numpy(window), persistent=False)
+        # Set by a stage that runs `spectrum` elsewhere (tritontts.runtime: ONNX, TensorRT).
+        self.spectrum_runner = None
 
     @classmethod
     def from_config(cls, hift_block: Mapping[str, Any]) -> CausalHiFTGenerator:
@@ -390,15 +392,29 @@ class CausalHiFTGenerator(nn.Module):
         samples_per_mel.
         """
         spec = self._stft(source.squeeze(1))
+        look_right = self.conv_pre_look_right
         if finalize:
-            x = self.conv_pre(mel)
+            ahead = mel.new_zeros(mel.shape[0], mel.shape[1], look_right)
         else:
-            cut = mel.shape[2] - self.conv_pre_look_right
-            x = self.conv_pre(mel[:, :, :cut], mel[:, :, cut:])
+            mel, ahead = mel[:, :, :mel.shape[2] - look_right], mel[:, :, mel.shape[2] - look_right:]
             # Only the decoded frames' excitation: the look-ahead frames are not decoded (and
             # their centred STFT frames would reach into the reflect-padded end).
-            spec = spec[:, :, :spec.shape[2] - self.frames_per_mel * self.conv_pre_look_right]
+            spec = spec[:, :, :spec.shape[2] - self.frames_per_mel * look_right]
+        spectrum = self.spectrum_runner or self.spectrum
+        x = spectrum(torch.cat([mel, ahead], dim=2), spec)[0]
+        bins = self.n_fft // 2 + 1
+        audio = self._istft(x[:, :bins], x[:, bins:])
+        if not finalize:
+            audio = audio[:, :audio.shape[1] - self.samples_per_mel]
+        return audio.clamp(-self.audio_limit, self.audio_limit)
 
+    def spectrum(self, mel_ahead: Tensor, spec: Tensor) -> tuple[Tensor]:
+        """The network alone (what the ONNX/TensorRT export holds; STFT and iSTFT stay in
+        torch, where they export poorly): mel with its conv_pre_look_right frames of
+        look-ahead [B, C, T + look_right], excitation STFT [B, n_fft + 2, T * frames_per_mel
+        + 1] -> (log-magnitude and phase code [B, n_fft + 2, T * frames_per_mel + 1],)."""
+        # conv_pre's right padding is the look-ahead already appended: the bare conv.
+        x = nn.Conv1d.forward(self.conv_pre, mel_ahead)
         last = len(self.ups) - 1
         for i, up in enumerate(self.ups):
             x = up(F.leaky_relu(x, self.lrelu_slope))
@@ -411,14 +427,8 @@ class CausalHiFTGenerator(nn.Module):
             for block in blocks[1:]:
                 total = total + block(x)
             x = total / self.num_kernels
-
         # Upstream uses leaky_relu's default slope (0.01) here, not lrelu_slope.
-        x = self.conv_post(F.leaky_relu(x))
-        bins = self.n_fft // 2 + 1
-        audio = self._istft(x[:, :bins], x[:, bins:])
-        if not finalize:
-            audio = audio[:, :audio.shape[1] - self.samples_per_mel]
-        return audio.clamp(-self.audio_limit, self.audio_limit)
+        return (self.conv_post(F.leaky_relu(x)),)
 
     @torch.inference_mode()
     def inference(self, speech_feat: Tensor, finalize: bool = True) -> tuple[Tensor, Tensor]:
@@ -444,6 +454,27 @@ class CausalHiFTGenerator(nn.Module):
         source = self.m_source(f0)
         mel = speech_feat if finalize else speech_feat[:, :, :frames - self.f0_look_right]
         return self.decode(mel, source, finalize), source
+
+
+def spectrum_graph(hift: CausalHiFTGenerator, max_batch: int = 16, max_frames: int = 3000):
+    """CausalHiFTGenerator.spectrum as a tritontts.runtime Graph. The stage re-runs the
+    vocoder on all mel so far, so frames range like the flow's (opt: a few 50-frame chunks).
+    The excitation STFT has frames_per_mel hops per decoded mel frame plus one: an axis
+    derived from the mel's."""
+    from ..runtime import Axis, Graph, Method, TensorSpec
+
+    look = hift.conv_pre_look_right
+    hops = hift.frames_per_mel
+    f32 = torch.float32
+    return Graph(
+        name="cosyvoice3_hift_spectrum", module=Method(hift, "spectrum"),
+        inputs=(TensorSpec("mel_ahead", f32, ("batch", hift.conv_pre.in_channels, "mel_frames")),
+                TensorSpec("spec", f32, ("batch", hift.n_fft + 2, "stft_frames"))),
+        outputs=("spectrum",),
+        axes={"batch": Axis(1, 1, max_batch),
+              "mel_frames": Axis(1 + look, 300 + look, max_frames + look)},
+        derived={"stft_frames": lambda sizes: (sizes["mel_frames"] - look) * hops + 1},
+        output_axes={"spectrum": {0: "batch", 2: "stft_frames"}})
 
 
 def _build_f0_predictor(spec: nn.Module | Mapping[str, Any] | None, in_channels: int) -> nn.Module:

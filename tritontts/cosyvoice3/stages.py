@@ -40,6 +40,33 @@ def served_checkpoint(context: StageContext) -> CosyVoice3Checkpoint:
     return open_checkpoint(context.checkpoint(FAMILY))
 
 
+def load_flow(checkpoint: CosyVoice3Checkpoint):
+    """The flow (token embedding, lookahead encoder, CFM with its DiT) in eval mode."""
+    from .flow import build_flow, load_flow_state_dict
+
+    flow = build_flow(checkpoint.config["flow"])
+    load_flow_state_dict(flow, checkpoint.state_dict("flow.pt"))
+    return flow.eval()
+
+
+def load_hift(checkpoint: CosyVoice3Checkpoint):
+    """The CausalHiFT vocoder in eval mode."""
+    from .hift import CausalHiFTGenerator, load_hift_state_dict
+
+    hift = CausalHiFTGenerator.from_config(checkpoint.config["hift"])
+    load_hift_state_dict(hift, checkpoint.state_dict("hift.pt"))
+    return hift.eval()
+
+
+def export_graphs(checkpoint: CosyVoice3Checkpoint) -> list:
+    """The networks the flow and hift stages may run on onnxruntime / TensorRT."""
+    from .flow import velocity_graph
+    from .hift import spectrum_graph
+
+    return [velocity_graph(load_flow(checkpoint).decoder.estimator),
+            spectrum_graph(load_hift(checkpoint))]
+
+
 @dataclass(frozen=True)
 class Segment:
     """One talker generation: the voice prompt plus a stretch of the input text."""
@@ -191,14 +218,15 @@ class CosyVoice3FlowStage(Stage):
     Stateless per chunk, so Triton may batch chunks of different streams on any instance."""
 
     def __init__(self, context: StageContext, checkpoint: CosyVoice3Checkpoint | None = None):
-        from .flow import build_flow, load_flow_state_dict
+        from ..runtime import stage_runner
+        from .flow import velocity_graph
 
         super().__init__(context)
         torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        checkpoint = checkpoint or served_checkpoint(context)
-        self.flow = build_flow(checkpoint.config["flow"])
-        load_flow_state_dict(self.flow, checkpoint.state_dict("flow.pt"))
-        self.flow.eval()
+        self.device = torch.device(context.device)
+        self.flow = load_flow(checkpoint or served_checkpoint(context)).to(self.device)
+        dit = self.flow.decoder.estimator
+        dit.velocity_runner = stage_runner(velocity_graph(dit), context)
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
         return {"mel": self.mel(inputs.flat("speech_tokens"), inputs.flat("prompt_tokens"),
@@ -211,16 +239,18 @@ class CosyVoice3FlowStage(Stage):
         """[frames, 80] for tokens (lookahead tokens give context only unless segment_end)."""
         if tokens.size == 0:
             return np.zeros((0, 80), np.float32)
-        token = torch.from_numpy(tokens.astype(np.int64))[None]
-        prompt_token = torch.from_numpy(prompt_tokens.astype(np.int64))[None]
-        feat = torch.from_numpy(prompt_mel.astype(np.float32))[None]
+        def tensor(array: np.ndarray, dtype) -> torch.Tensor:
+            return torch.from_numpy(array.astype(dtype))[None].to(self.device)
+
+        token, prompt_token = tensor(tokens, np.int64), tensor(prompt_tokens, np.int64)
+        feat = tensor(prompt_mel, np.float32)
         mel, _ = self.flow.inference(
-            token=token, token_len=torch.tensor([token.shape[1]]),
-            prompt_token=prompt_token, prompt_token_len=torch.tensor([prompt_token.shape[1]]),
-            prompt_feat=feat, prompt_feat_len=torch.tensor([feat.shape[1]]),
-            embedding=torch.from_numpy(embedding.astype(np.float32))[None],
-            streaming=True, finalize=segment_end)
-        return mel[0].T.contiguous().numpy()
+            token=token, token_len=torch.tensor([token.shape[1]], device=self.device),
+            prompt_token=prompt_token,
+            prompt_token_len=torch.tensor([prompt_token.shape[1]], device=self.device),
+            prompt_feat=feat, prompt_feat_len=torch.tensor([feat.shape[1]], device=self.device),
+            embedding=tensor(embedding, np.float32), streaming=True, finalize=segment_end)
+        return mel[0].T.contiguous().cpu().numpy()
 
 
 class CosyVoice3HiftStage(Stage):
@@ -228,14 +258,15 @@ class CosyVoice3HiftStage(Stage):
     sent follows from token_offset (upstream's streaming contract, see hift.stream_hift)."""
 
     def __init__(self, context: StageContext, checkpoint: CosyVoice3Checkpoint | None = None):
-        from .hift import CausalHiFTGenerator, load_hift_state_dict
+        from ..runtime import stage_runner
+        from .hift import spectrum_graph
 
         super().__init__(context)
         torch.set_num_threads(context.int_parameter("torch_threads", 1))
         checkpoint = checkpoint or served_checkpoint(context)
-        self.hift = CausalHiFTGenerator.from_config(checkpoint.config["hift"])
-        load_hift_state_dict(self.hift, checkpoint.state_dict("hift.pt"))
-        self.hift.eval()
+        self.device = torch.device(context.device)
+        self.hift = load_hift(checkpoint).to(self.device)
+        self.hift.spectrum_runner = stage_runner(spectrum_graph(self.hift), context)
         self.sample_rate = int(checkpoint.config["sample_rate"])
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
@@ -253,6 +284,6 @@ class CosyVoice3HiftStage(Stage):
 
         if mel.shape[0] == 0:
             return np.zeros(0, np.float32)
-        audio, _ = stream_hift(self.hift, torch.from_numpy(mel.astype(np.float32)).T[None],
-                               self.sent_before(token_offset), segment_end)
-        return audio[0].numpy().astype(np.float32)
+        mel_so_far = torch.from_numpy(mel.astype(np.float32)).T[None].to(self.device)
+        audio, _ = stream_hift(self.hift, mel_so_far, self.sent_before(token_offset), segment_end)
+        return audio[0].cpu().numpy().astype(np.float32)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from ..checkpoint import cache_root as checkpoint_cache_root
+
 SPEECH_TOKEN_SIZE = 6561      # FSQ speech codes 0..6560
 SPEECH_VOCAB = SPEECH_TOKEN_SIZE + 200   # + sos, eos, task, fill, and unused stop ids
 TALKER_META = "tritontts_talker.json"
@@ -106,7 +108,7 @@ def ensure_talker_checkpoint(ckpt, cache_root: str | Path | None = None) -> Path
     llm = ckpt.path("llm.pt")
     stat = llm.stat()
     key = hashlib.sha256(f"{llm.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    root = Path(cache_root or os.environ.get("TRITONTTS_CACHE", Path.home() / ".cache" / "tritontts"))
+    root = checkpoint_cache_root(cache_root)
     out = root / "cosyvoice3-talker" / key
     if not (out / TALKER_META).is_file():
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")

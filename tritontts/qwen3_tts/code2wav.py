@@ -459,6 +459,9 @@ class Qwen3TTSCode2Wav(nn.Module):
         ])
         self.samples_per_frame = cfg.samples_per_frame
         self.conv_context_frames = self._trace_conv_context()
+        # Set by a stage that runs the networks elsewhere (tritontts.runtime: ONNX, TensorRT).
+        self.latents_runner = None
+        self.vocode_runner = None
 
     # Receptive field -----------------------------------------------------------------
 
@@ -496,20 +499,56 @@ class Qwen3TTSCode2Wav(nn.Module):
         if codes.numel() and not 0 <= int(codes.min()) <= int(codes.max()) < self.cfg.codebook_size:
             raise ValueError(f"codes must lie in [0, {self.cfg.codebook_size}) (padding such as -1 "
                              f"has to be cut off before decoding)")
-        x = self.pre_conv(self.quantizer(codes.long()))
-        return self.pre_transformer(x.transpose(1, 2)).transpose(1, 2)
+        return (self.latents_runner or self.latents_network)(codes.long())[0]
+
+    def latents_network(self, codes: Tensor) -> tuple[Tensor]:
+        """latents without the checks (what the ONNX/TensorRT export holds): codes
+        [B, Q, T] int64 -> ([B, latent_dim, T],)."""
+        x = self.pre_conv(self.quantizer(codes))
+        return (self.pre_transformer(x.transpose(1, 2)).transpose(1, 2),)
 
     def vocode(self, latents: Tensor) -> Tensor:
         """[B, latent_dim, T] -> audio [B, T * samples_per_frame], clamped to [-1, 1]."""
+        return (self.vocode_runner or self.vocoder_network)(latents)[0]
+
+    def vocoder_network(self, latents: Tensor) -> tuple[Tensor]:
+        """vocode as an exportable graph: ([B, T * samples_per_frame],)."""
         x = latents
         for step, convnext in self.upsample:
             x = convnext(step(x))
         for layer in self.decoder:
             x = layer(x)
-        return x.clamp(-1.0, 1.0).squeeze(1)
+        return (x.clamp(-1.0, 1.0).squeeze(1),)
 
     def forward(self, codes: Tensor) -> Tensor:
         return self.vocode(self.latents(codes))
+
+
+def code2wav_graphs(module: Qwen3TTSCode2Wav, max_batch: int = 16, max_frames: int = 1024):
+    """The two networks of decode_chunk as tritontts.runtime Graphs: latents over the
+    window (left context + new frames: 1 frame at a stream's start, up to the exact left
+    context + a 25-frame chunk), and the upsampler over the new frames + its own context."""
+    from ..runtime import Axis, Graph, Method, TensorSpec
+
+    cfg = module.cfg
+    window = module.exact_left_context_frames + 25
+    vocoder_frames = module.conv_context_frames + 25
+    latents = Graph(
+        name="qwen3_tts_code2wav_latents", module=Method(module, "latents_network"),
+        inputs=(TensorSpec("codes", torch.int64, ("batch", cfg.num_quantizers, "frames"),
+                           high=cfg.codebook_size),),
+        outputs=("latents",),
+        axes={"batch": Axis(1, 1, max_batch),
+              "frames": Axis(1, min(window, max_frames), max(window, max_frames))},
+        output_axes={"latents": {0: "batch", 2: "frames"}})
+    vocoder = Graph(
+        name="qwen3_tts_code2wav_vocoder", module=Method(module, "vocoder_network"),
+        inputs=(TensorSpec("latents", torch.float32, ("batch", cfg.latent_dim, "frames")),),
+        outputs=("audio",),
+        axes={"batch": Axis(1, 1, max_batch),
+              "frames": Axis(1, vocoder_frames, max(vocoder_frames, max_frames))},
+        output_axes={"audio": {0: "batch", 1: "samples"}})
+    return latents, vocoder
 
 
 @torch.no_grad()

@@ -29,6 +29,13 @@ def _write_random_checkpoint(out: Path, seed: int = 0, size: str = "tiny",
     return write_random_checkpoint(out, kind=kind, seed=seed, size=size)
 
 
+def _export_graphs(path: Path) -> list:
+    from .checkpoint import open_checkpoint
+    from .stages import export_graphs
+
+    return export_graphs(open_checkpoint(path))
+
+
 FAMILY = Family(
     name="qwen3_tts",
     description="Qwen3-TTS 12 Hz: vLLM talker with its code predictor in every step -> Code2Wav",
@@ -51,6 +58,7 @@ FAMILY = Family(
         ("0.6B", "CustomVoice"), ("1.7B", "CustomVoice"), ("1.7B", "VoiceDesign"),
         ("0.6B", "Base"), ("1.7B", "Base"))),
     write_random_checkpoint=_write_random_checkpoint,
+    export_graphs=_export_graphs,
     # Random weights rarely sample the end code: bound the frames a test request makes.
     example_params=lambda: {"max_new_tokens": 24},
     variants={

@@ -43,6 +43,13 @@ def served_checkpoint(context: StageContext) -> Qwen3TTSCheckpoint:
     return open_checkpoint(context.checkpoint(FAMILY))
 
 
+def export_graphs(checkpoint: Qwen3TTSCheckpoint) -> list:
+    """The networks the code2wav stage may run on onnxruntime / TensorRT."""
+    from .code2wav import code2wav_graphs, load_code2wav
+
+    return list(code2wav_graphs(load_code2wav(checkpoint.path("speech_tokenizer"))))
+
+
 class _ReferenceCache:
     """Speaker embeddings and reference codes by content (a voice is cloned many times)."""
 
@@ -320,18 +327,23 @@ class Qwen3TTSCode2WavStage(Stage):
     to decoding the whole utterance (tritontts.qwen3_tts.code2wav.decode_chunk)."""
 
     def __init__(self, context: StageContext, checkpoint: Qwen3TTSCheckpoint | None = None):
-        from .code2wav import load_code2wav
+        from ..runtime import stage_runner
+        from .code2wav import code2wav_graphs, load_code2wav
 
         super().__init__(context)
         torch.set_num_threads(context.int_parameter("torch_threads", 1))
         checkpoint = checkpoint or served_checkpoint(context)
-        self.codec = load_code2wav(checkpoint.path("speech_tokenizer"))
+        self.device = torch.device(context.device)
+        self.codec = load_code2wav(checkpoint.path("speech_tokenizer"), self.device)
+        latents, vocoder = code2wav_graphs(self.codec)
+        self.codec.latents_runner = stage_runner(latents, context)
+        self.codec.vocode_runner = stage_runner(vocoder, context)
 
     @torch.no_grad()
     def run(self, inputs: Inputs) -> dict[str, Any]:
         from .code2wav import decode_chunk
 
-        codes = torch.from_numpy(np.array(inputs["codes"], np.int64)).T[None]
+        codes = torch.from_numpy(np.array(inputs["codes"], np.int64)).T[None].to(self.device)
         context = int(inputs.scalar("left_context"))
         audio = decode_chunk(self.codec, codes, context)[0]
-        return {AUDIO: audio.float().numpy(), SAMPLE_RATE: SAMPLE_RATE_HZ}
+        return {AUDIO: audio.float().cpu().numpy(), SAMPLE_RATE: SAMPLE_RATE_HZ}

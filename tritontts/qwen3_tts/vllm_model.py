@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..checkpoint import cache_root as checkpoint_cache_root
 from ..vllm_frames import FrameStream, FrameTalker
 from .checkpoint import TALKER_PREFIX, WEIGHTS_FILE, DecoderShape, Qwen3TTSCheckpoint
 from .talker import CodePredictor, TopKTopPSampler, greedy, predict_frame
@@ -48,7 +49,7 @@ def prepare_vllm_talker(checkpoint: Qwen3TTSCheckpoint, cache_root: str | Path |
     weights = checkpoint.path(WEIGHTS_FILE)
     stat = weights.stat()
     key = hashlib.sha256(f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    root = Path(cache_root or os.environ.get("TRITONTTS_CACHE", Path.home() / ".cache" / "tritontts"))
+    root = checkpoint_cache_root(cache_root)
     out = root / "qwen3-tts-talker" / key
     if (out / "config.json").is_file():
         return out
