@@ -5,6 +5,8 @@
   python -m frontend --triton-url host:8001 # front only, for a tritonserver run elsewhere
   python -m frontend --families qwen3_tts --checkpoint qwen3_tts=/m/CustomVoice \
       --checkpoint qwen3_tts-base=/m/Base    # two checkpoints: models qwen3_tts, qwen3_tts-base
+  python -m frontend --profile gpu --families cosyvoice3 --checkpoint cosyvoice3=/m/CV3
+                                            # stages on the GPU (docs/gpu.md)
 
 Each family reads its checkpoint from `--checkpoint FAMILY=PATH` or, failing that, from its
 environment variable (listed below); the launcher checks it before tritonserver starts.
@@ -23,6 +25,7 @@ import uvicorn
 
 from tritontts.checkpoint import CheckpointError
 from tritontts.families import DEFAULT_FAMILY, FAMILIES, family_of
+from tritontts.profiles import PROFILES, gpu_ids
 
 from .app import create_app
 from .media import MediaPolicy
@@ -83,6 +86,14 @@ def parse_args(argv=None):
                         help="seconds a stream may wait for its next chunk before it fails (503): "
                              "a stage that died or hangs (default: %(default)s)")
     parser.add_argument("--triton-log", help="file for tritonserver's log (default: stdout)")
+    parser.add_argument("--profile", choices=PROFILES,
+                        default=os.environ.get("TRITONTTS_PROFILE", "cpu"),
+                        help="where the stages run: cpu (model_repository/ as committed) or gpu "
+                             "(tritontts.profiles rewrites them for a GPU; docs/gpu.md); "
+                             "default: $TRITONTTS_PROFILE or cpu; unused with --triton-url")
+    parser.add_argument("--gpus", type=gpu_ids, default=[0], metavar="IDS",
+                        help="GPU ids the gpu profile places stage instances on, e.g. 0,1 "
+                             "(default: 0)")
     parser.add_argument("--api-key", default=os.environ.get("TRITONTTS_API_KEY"),
                         help="require `Authorization: Bearer KEY` on every route but /health "
                              "(default: $TRITONTTS_API_KEY; unset: no key)")
@@ -159,20 +170,53 @@ def served_checkpoints(families: list[str], instances: dict[str, str],
     return paths
 
 
-def instance_repositories(instances: dict[str, str]) -> tuple[Path, ...]:
+def instance_repositories(instances: dict[str, str], source: Path | None = None) -> tuple[Path, ...]:
     """A model repository (a fresh temporary folder) with each extra checkpoint's renamed
-    stages and ensemble; each checkpoint checked first, naming the file."""
+    stages (copied from `source`, default model_repository/) and ensemble; each checkpoint
+    checked first, naming the file."""
     if not instances:
         return ()
     import tempfile
 
-    from tritontts.repository import write_instance
+    from tritontts.repository import STAGE_REPOSITORY, write_instance
 
     out = Path(tempfile.mkdtemp(prefix="tritontts-models-"))
-    for name, path in instances.items():
-        family = family_of(name)
-        write_instance(name, family, checked(name, family, path), out)
+    try:
+        for name, path in instances.items():
+            family = family_of(name)
+            write_instance(name, family, checked(name, family, path), out,
+                           source=source or STAGE_REPOSITORY)
+    except BaseException:
+        remove([out])
+        raise
     return (out,)
+
+
+def profile_repository(profile: str, models: list[str], gpus: list[int]) -> Path | None:
+    """For a profile other than cpu: a fresh temporary folder with the stages of the served
+    models (and the cancel model) rewritten for it; None for cpu (model_repository/ as is)."""
+    if profile == "cpu":
+        return None
+    import tempfile
+
+    from tritontts.cancellation import CANCEL_MODEL
+    from tritontts.profiles import (TALKERS, ProfileError, check_talker_shares,
+                                    write_profile_repository)
+
+    stages = [stage for model in models for stage in family_of(model).stages]
+    try:
+        # Each served checkpoint runs an engine of its own, so a family's talker share
+        # counts once per checkpoint.
+        check_talker_shares([stage for stage in stages if stage in TALKERS])
+    except ProfileError as exc:
+        raise LaunchError(f"--profile {profile}: {exc}") from None
+    out = Path(tempfile.mkdtemp(prefix=f"tritontts-{profile}-"))
+    try:
+        write_profile_repository(profile, sorted({*stages, CANCEL_MODEL}), out, gpus=gpus)
+    except BaseException:
+        remove([out])
+        raise
+    return out
 
 
 def main(argv=None) -> int:
@@ -198,16 +242,24 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     triton = None
     triton_url = args.triton_url
+    temporary: list[Path] = []          # repositories written for this run, removed at exit
     if triton_url is None:
+        from tritontts.repository import ENSEMBLE_REPOSITORY
         from tritontts.tritonserver import MODEL_REPOSITORIES, TritonServer
 
         try:
-            repositories = instance_repositories(instances)
+            profiled = profile_repository(args.profile, models, args.gpus)
+            temporary += [profiled] if profiled else []
+            repositories = instance_repositories(instances, profiled)
+            temporary += repositories
         except LaunchError as exc:
             print(exc, file=sys.stderr)
+            remove(temporary)
             return 2
+        # The profile's stages replace model_repository/; the ensembles name stages only.
+        base = (profiled, ENSEMBLE_REPOSITORY) if profiled else MODEL_REPOSITORIES
         triton = TritonServer(models, args.http_port, args.grpc_port, args.metrics_port,
-                              repositories=MODEL_REPOSITORIES + repositories, env=env,
+                              repositories=base + repositories, env=env,
                               log_path=Path(args.triton_log) if args.triton_log else None)
     try:
         if triton is not None:
@@ -238,11 +290,15 @@ def main(argv=None) -> int:
     finally:
         if triton is not None:
             triton.stop()
-            import shutil
-
-            for repository in triton.repositories[len(MODEL_REPOSITORIES):]:
-                shutil.rmtree(repository, ignore_errors=True)   # the extra checkpoints' stages
+        remove(temporary)   # the profiled stages, the extra checkpoints' stages
     return 0
+
+
+def remove(folders: list[Path]) -> None:
+    import shutil
+
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

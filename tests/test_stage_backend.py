@@ -358,3 +358,11 @@ def test_a_decoupled_one_response_stage_releases_each_streams_chunks_in_order(tm
             threading.Event().wait(0.02)
         model.finalize()
     assert done == [(0, FINAL), (1, FINAL), (2, FINAL)]
+
+
+def test_a_kind_gpu_instance_gives_its_stage_the_cuda_device_triton_named():
+    from tritontts.triton_stage import instance_device
+
+    assert instance_device({"model_instance_kind": "GPU", "model_instance_device_id": "1"}) == "cuda:1"
+    assert instance_device({"model_instance_kind": "CPU", "model_instance_device_id": "0"}) == "cpu"
+    assert instance_device({}) == "cpu"

@@ -133,19 +133,21 @@ def instance_stage(model: str, family: Family, stage: str) -> str:
     return model + stage[len(family.name):]
 
 
-def write_instance(model: str, family: Family, checkpoint: Path, out: Path) -> None:
-    """Into repository `out`: the family's stages renamed for `model` with the checkpoint as
-    their `checkpoint` parameter (each stage reads it before the family's default), and the
+def write_instance(model: str, family: Family, checkpoint: Path, out: Path,
+                   source: Path = STAGE_REPOSITORY) -> None:
+    """Into repository `out`: the family's stages (from `source`, e.g. a deployment
+    profile's rewritten copies) renamed for `model` with the checkpoint as their
+    `checkpoint` parameter (each stage reads it before the family's default), and the
     ensemble `model` over them."""
     import shutil
 
     for stage in family.stages:
         target = out / instance_stage(model, family, stage)
-        shutil.copytree(STAGE_REPOSITORY / stage, target, dirs_exist_ok=True)
+        shutil.copytree(source / stage, target, dirs_exist_ok=True)
         text = (target / "config.pbtxt").read_text()
         old = f'name: "{stage}"'
         if old not in text:
-            raise WiringError(f"{STAGE_REPOSITORY / stage / 'config.pbtxt'} has no {old}")
+            raise WiringError(f"{source / stage / 'config.pbtxt'} has no {old}")
         text = text.replace(old, f'name: "{instance_stage(model, family, stage)}"', 1)
         text += (f'\nparameters {{ key: "checkpoint" value: {{ string_value: '
                  f'"{checkpoint}" }} }}\n')

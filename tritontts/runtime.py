@@ -254,6 +254,21 @@ class TorchRunner(Runner):
         return self.graph.torch_call(*inputs)
 
 
+def onnxruntime_providers(device: str) -> list:
+    """onnxruntime's providers for a stage instance's device: CUDA on that GPU (CPU for
+    any node CUDA lacks) or the CPU alone. A GPU instance without onnxruntime-gpu is an
+    error that says so, not a silent CPU run."""
+    import onnxruntime as ort
+
+    if not device.startswith("cuda"):
+        return ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise RuntimeError("the CUDA execution provider is not in this onnxruntime "
+                           "(install onnxruntime-gpu)")
+    index = torch.device(device).index or 0
+    return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+
+
 class OnnxRuntimeRunner(Runner):
     """onnxruntime with the CUDA provider when the inputs live on a GPU and it is there,
     else the CPU provider. `threads` sets the CPU provider's intra-op pool."""
@@ -267,15 +282,8 @@ class OnnxRuntimeRunner(Runner):
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        available = ort.get_available_providers()
-        providers = ["CPUExecutionProvider"]
-        if device.startswith("cuda"):
-            if "CUDAExecutionProvider" not in available:
-                raise RuntimeError("the CUDA execution provider is not in this onnxruntime "
-                                   "(install onnxruntime-gpu)")
-            index = torch.device(device).index or 0
-            providers = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
-        self.session = ort.InferenceSession(str(onnx_path), options, providers=providers)
+        self.session = ort.InferenceSession(str(onnx_path), options,
+                                            providers=onnxruntime_providers(device))
         self.device = torch.device(device)
         self.graph = graph
         self.input_names = [s.name for s in graph.inputs]
@@ -446,3 +454,15 @@ def stage_runner(graph: Graph, context) -> Runner:
     return select_runner(graph, parameters.get("runtime", CPU_DEFAULT), device=context.device,
                          threads=int(parameters.get("torch_threads", 1)),
                          precision=parameters.get("precision", "fp32"))
+
+
+def compare(graph: Graph, runner: Runner, sizes: Mapping[str, int] | None = None,
+            seed: int = 0) -> tuple[float, float]:
+    """(max-abs-diff of runner vs the torch module, largest |output|) on seeded inputs."""
+    device = getattr(runner, "device", torch.device("cpu"))
+    inputs = graph.example(sizes, seed=seed, device=device)
+    with torch.inference_mode():
+        expected = graph.torch_call(*inputs)
+        got = runner(*inputs)
+    diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, expected))
+    return diff, max(float(t.abs().max()) for t in expected)

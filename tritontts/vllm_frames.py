@@ -122,7 +122,9 @@ class FrameTalker:
         if not rows or all(key is None for key, _, _ in rows):
             return self.embed_token(input_ids)          # dummy / warm-up batches
         hidden_size = STREAMS[next(k for k, _, _ in rows if k is not None)].prompt_embeds.shape[1]
-        embeds = torch.zeros(input_ids.shape[0], hidden_size, dtype=self._frame_dtype())
+        # The stage registers prompts on the CPU; the engine may run on a GPU.
+        device = input_ids.device
+        embeds = torch.zeros(input_ids.shape[0], hidden_size, dtype=self._frame_dtype(), device=device)
         todo: list[tuple[int, FrameStream, int]] = []    # (flat index, stream, frame index)
         for key, start, end in rows:
             if key is None:                  # not a frame request: a plain token embedding
@@ -132,10 +134,11 @@ class FrameTalker:
             for i in range(start, end):
                 p = int(positions[i])
                 if p < stream.prompt_length:
-                    embeds[i] = stream.prompt_embeds[p]
+                    embeds[i] = stream.prompt_embeds[p].to(device)
                 elif p - stream.prompt_length < len(stream.frames):
                     g = p - stream.prompt_length
-                    embeds[i] = self.embed_frames(stream.frames[g][None])[0] + stream.step_embed(g)
+                    embeds[i] = (self.embed_frames(stream.frames[g][None].to(device))[0]
+                                 + stream.step_embed(g).to(device))
                 else:
                     todo.append((i, stream, p - stream.prompt_length))
         if todo:
@@ -150,7 +153,7 @@ class FrameTalker:
             frame_embeds = self.embed_frames(codes)
             for (i, stream, g), frame, embed in zip(todo, codes, frame_embeds):
                 stream.frames.append(frame.to(torch.int64).cpu())   # published: the stage reads it
-                embeds[i] = embed + stream.step_embed(g)
+                embeds[i] = embed + stream.step_embed(g).to(device)
         return embeds
 
     def stash_hidden(self, hidden_states: torch.Tensor, positions: torch.Tensor) -> None:

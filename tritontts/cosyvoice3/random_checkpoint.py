@@ -228,13 +228,21 @@ def write_random_flow_and_hift(out: Path, seed: int = 0) -> None:
     torch.save(CausalHiFTGenerator.from_config(config["hift"]).state_dict(), out / "hift.pt")
 
 
+def write_config(out: Path, size: str = "tiny") -> Path:
+    """cosyvoice3.yaml with the network sizes of `size`; returns its path."""
+    sizes = SIZES[size]
+    path = out / "cosyvoice3.yaml"
+    path.write_text(YAML_TEMPLATE.format(
+        hidden=sizes["qwen2"]["hidden_size"],
+        **{k: v for k, v in sizes.items() if k.startswith(("dit", "lookahead", "hift"))}))
+    return path
+
+
 def write_random_checkpoint(out: str | Path, seed: int = 0, size: str = "tiny") -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    sizes = SIZES[size]
-    (out / "cosyvoice3.yaml").write_text(YAML_TEMPLATE.format(
-        hidden=sizes["qwen2"]["hidden_size"], **{k: v for k, v in sizes.items() if k.startswith(("dit", "lookahead", "hift"))}))
+    write_config(out, size)
     write_random_llm(out, size, seed)
     write_random_flow_and_hift(out, seed)
     _write_campplus(out / "campplus.onnx", rng)

@@ -48,7 +48,7 @@ class PiperVitsStage(Stage):
         self.voices = load_voice_table(context.checkpoint(FAMILY))
         sessions: dict = {}  # voices sharing one .onnx share its sessions
         self.vits = {name: sessions.setdefault(spec.model_path, PiperVits(
-                         spec.model_path, spec.config.sample_rate, threads, first))
+                         spec.model_path, spec.config.sample_rate, threads, first, context.device))
                      for name, spec in self.voices.voices.items()}
 
     def run(self, inputs: Inputs) -> dict[str, Any]:

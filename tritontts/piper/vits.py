@@ -72,12 +72,13 @@ class PiperVits:
     load idle threads must sleep rather than take cores from other chunks."""
 
     def __init__(self, model_path, sample_rate: int, intra_op_threads: int = 0,
-                 first_chunk_intra_op_threads: int | None = None):
+                 first_chunk_intra_op_threads: int | None = None, device: str = "cpu"):
         model = onnx.load(str(model_path))
         self.noise_inputs = make_seedable(model)
         graph = model.SerializeToString()
         first = first_chunk_intra_op_threads or intra_op_threads
-        self.sessions = {(threads, spin): self._session(graph, threads, spin)
+        self.device = device
+        self.sessions = {(threads, spin): self._session(graph, threads, spin, device)
                          for threads, spin in {(intra_op_threads, False), (first, False),
                                                (first, first > 1)}}
         self.threads, self.first_chunk_threads = intra_op_threads, first
@@ -85,12 +86,14 @@ class PiperVits:
         self.sample_rate = sample_rate
 
     @staticmethod
-    def _session(graph: bytes, threads: int, spin: bool) -> ort.InferenceSession:
+    def _session(graph: bytes, threads: int, spin: bool, device: str) -> ort.InferenceSession:
+        from ..runtime import onnxruntime_providers
+
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-        return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(graph, options, providers=onnxruntime_providers(device))
 
     def synthesize(self, phoneme_ids, scales, seed, speaker_id: int | None = None,
                    first_chunk: bool = True, alone: bool = True) -> np.ndarray:

@@ -166,7 +166,7 @@ def _config(kind: str, size: str, special: dict[str, int]) -> dict:
     }
 
 
-def _speech_tokenizer_config(size: str) -> dict:
+def speech_tokenizer_config(size: str) -> dict:
     s = SIZES[size]
     return {
         "architectures": ["Qwen3TTSTokenizerV2Model"], "model_type": "qwen3_tts_tokenizer_12hz",
@@ -286,7 +286,7 @@ def write_random_checkpoint(out: str | Path, kind: str = "custom_voice", seed: i
         torch.manual_seed(seed + 1)
         state.update(_speaker_encoder_state(config, out))
     _save(state, out / WEIGHTS_FILE, dtype)
-    speech = _speech_tokenizer_config(size)
+    speech = speech_tokenizer_config(size)
     (out / SPEECH_TOKENIZER_DIR / CONFIG_FILE).write_text(json.dumps(speech, indent=2), encoding="utf-8")
     (out / SPEECH_TOKENIZER_DIR / "preprocessor_config.json").write_text(
         json.dumps(PREPROCESSOR_CONFIG, indent=2), encoding="utf-8")

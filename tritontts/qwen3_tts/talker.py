@@ -75,7 +75,11 @@ class TopKTopPSampler:
             drop_sorted = probs.cumsum(-1) - probs >= self.top_p
             drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
             logits = logits.masked_fill(drop, float("-inf"))
-        return torch.multinomial(logits.softmax(-1), 1, generator=self.generator)[..., 0]
+        # Drawn where the request's generator lives (the CPU): a seed then gives the same
+        # codes whichever device computed the logits.
+        probs = logits.softmax(-1)
+        where = self.generator.device if self.generator is not None else probs.device
+        return torch.multinomial(probs.to(where), 1, generator=self.generator)[..., 0].to(probs.device)
 
 
 # --- the Qwen3 decoder ----------------------------------------------------------------------

@@ -1,0 +1,219 @@
+"""Deployment profiles without a GPU or a server: the gpu profile's rewritten configs (kinds,
+counts, batch sizes, parameters, talker engine arguments) still parse and wire, the cpu
+profile is the committed tree byte for byte, and the launcher takes --profile."""
+from __future__ import annotations
+
+import filecmp
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from frontend.__main__ import parse_args, profile_repository
+from tritontts import profiles
+from tritontts.families import FAMILIES
+from tritontts.profiles import (CPU_STAGES, GPU_PARAMETERS, GPU_STAGES, TALKER_BUDGET, TALKERS,
+                                ProfileError, config_text, write_profile_repository)
+from tritontts.repository import (ENSEMBLE_REPOSITORY, STAGE_REPOSITORY, ensemble_config,
+                                  read_config, write_instance)
+
+STAGES = profiles.stage_names()
+GPU, CPU = mc.ModelInstanceGroup.Kind.KIND_GPU, mc.ModelInstanceGroup.Kind.KIND_CPU
+
+
+@pytest.fixture(scope="module")
+def gpu_repository(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("gpu-profile")
+    assert profiles.main(["gpu", "--out", str(out)]) == 0
+    return out
+
+
+def config(repository: Path, stage: str) -> mc.ModelConfig:
+    return read_config(repository / stage / "config.pbtxt")
+
+
+def engine_args(repository: Path, stage: str) -> dict:
+    return json.loads((repository / stage / "1" / "model.json").read_text())["engine_args"]
+
+
+def test_the_tables_name_real_stages_and_every_talker_has_a_share():
+    talkers = [s for s in STAGES if profiles.talker_settings_path(STAGE_REPOSITORY / s)]
+    assert sorted(talkers) == sorted(TALKERS)
+    for table in (GPU_STAGES, CPU_STAGES, GPU_PARAMETERS):
+        assert set(table) <= set(STAGES)
+    assert not set(GPU_STAGES) & set(CPU_STAGES)
+
+
+def test_all_talkers_together_fit_the_budget():
+    assert sum(t.share for t in TALKERS.values()) <= TALKER_BUDGET
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_each_stage_runs_where_the_profile_says(gpu_repository, stage):
+    source, profiled = config(STAGE_REPOSITORY, stage), config(gpu_repository, stage)
+    kinds = {g.kind for g in profiled.instance_group}
+    if stage in CPU_STAGES:
+        assert kinds == {CPU}
+        assert profiled.instance_group == source.instance_group
+        assert profiled.max_batch_size == source.max_batch_size
+    else:
+        assert kinds == {GPU}
+        assert all(list(g.gpus) == [0] for g in profiled.instance_group)
+        sizing = GPU_STAGES.get(stage)
+        counts = [g.count for g in profiled.instance_group]
+        if sizing is None:      # not in the table: the committed counts and batch size
+            assert counts == [g.count for g in source.instance_group]
+            assert profiled.max_batch_size == source.max_batch_size
+        else:
+            assert counts == [sizing.count] * len(counts)
+            assert profiled.max_batch_size == sizing.max_batch_size
+    # Only placement, sizing and parameters change: tensors and batching stay as committed.
+    assert profiled.name == source.name and profiled.backend == source.backend
+    assert profiled.input == source.input and profiled.output == source.output
+    assert profiled.dynamic_batching == source.dynamic_batching
+    assert profiled.model_transaction_policy == source.model_transaction_policy
+
+
+@pytest.mark.parametrize("stage", sorted(GPU_PARAMETERS))
+def test_runtime_and_precision_are_set_once(gpu_repository, stage):
+    text = (gpu_repository / stage / "config.pbtxt").read_text()
+    parameters = config(gpu_repository, stage).parameters
+    assert parameters["runtime"].string_value == "tensorrt,onnxruntime,torch"
+    assert parameters["precision"].string_value == "fp16"
+    assert "device" not in parameters
+    for key in ("runtime", "precision"):
+        assert text.count(f'key: "{key}"') == 1
+    source = config(STAGE_REPOSITORY, stage).parameters
+    assert all(parameters[k] == v for k, v in source.items() if k not in GPU_PARAMETERS[stage])
+
+
+def test_a_parameter_already_there_is_replaced_not_repeated(tmp_path):
+    source = tmp_path / "source"
+    stage = "cosyvoice3_flow"
+    (source / stage).mkdir(parents=True)
+    text = (STAGE_REPOSITORY / stage / "config.pbtxt").read_text()
+    (source / stage / "config.pbtxt").write_text(
+        text + 'parameters { key: "runtime" value: { string_value: "torch" } }\n')
+    write_profile_repository("gpu", [stage], tmp_path / "out", source=source)
+    written = (tmp_path / "out" / stage / "config.pbtxt").read_text()
+    assert written.count('key: "runtime"') == 1
+    assert read_config(tmp_path / "out" / stage / "config.pbtxt").parameters["runtime"] \
+        .string_value == "tensorrt,onnxruntime,torch"
+
+
+def test_the_leading_comments_stay(gpu_repository):
+    for stage in STAGES:
+        source = (STAGE_REPOSITORY / stage / "config.pbtxt").read_text().splitlines()
+        comments = source[:next(i for i, line in enumerate(source) if not line.startswith("#"))]
+        written = (gpu_repository / stage / "config.pbtxt").read_text().splitlines()
+        assert comments and written[:len(comments)] == comments, stage
+
+
+@pytest.mark.parametrize("stage", sorted(TALKERS))
+def test_talker_engine_arguments_are_for_cuda_vllm(gpu_repository, stage):
+    source = engine_args(STAGE_REPOSITORY, stage)
+    args = engine_args(gpu_repository, stage)
+    assert "kv_cache_memory_bytes" not in args
+    assert args["gpu_memory_utilization"] == TALKERS[stage].share
+    assert args["dtype"] == "bfloat16"
+    assert args["enforce_eager"] is (not TALKERS[stage].cuda_graphs)
+    rewritten = {"kv_cache_memory_bytes", "gpu_memory_utilization", "dtype", "enforce_eager"}
+    assert {k: v for k, v in args.items() if k not in rewritten} == \
+        {k: v for k, v in source.items() if k not in rewritten}
+    # the talker's own settings (hops, chunks) are untouched
+    whole = lambda repo: json.loads((repo / stage / "1" / "model.json").read_text())  # noqa: E731
+    assert {k: v for k, v in whole(gpu_repository).items() if k != "engine_args"} == \
+        {k: v for k, v in whole(STAGE_REPOSITORY).items() if k != "engine_args"}
+
+
+def test_talker_shares_in_the_written_repository_fit_the_budget(gpu_repository):
+    assert sum(engine_args(gpu_repository, t)["gpu_memory_utilization"] for t in TALKERS) \
+        <= TALKER_BUDGET
+
+
+def test_every_ensemble_is_copied_and_still_wires_over_the_profiled_stages(gpu_repository):
+    for name, family in FAMILIES.items():
+        assert filecmp.cmp(gpu_repository / name / "config.pbtxt",
+                           ENSEMBLE_REPOSITORY / name / "config.pbtxt", shallow=False)
+        assert (gpu_repository / name / "1").is_dir()
+        ensemble = read_config(gpu_repository / name / "config.pbtxt")
+        assert all(ensemble.max_batch_size <= config(gpu_repository, s).max_batch_size
+                   for s in family.stages)
+        ensemble_config(family, gpu_repository)     # raises if the wiring broke
+
+
+def test_an_ensemble_is_left_out_when_its_stages_are_not_there(tmp_path):
+    stages = list(FAMILIES["piper"].stages)
+    assert profiles.main(["gpu", "--out", str(tmp_path), "--stages", ",".join(stages)]) == 0
+    assert (tmp_path / "piper" / "config.pbtxt").is_file()
+    assert not (tmp_path / "qwen3_tts").exists() and not (tmp_path / "cosyvoice3").exists()
+
+
+def test_gpus_list_places_instances_and_talkers_stay_on_the_first(tmp_path):
+    write_profile_repository("gpu", None, tmp_path, gpus=[2, 3])
+    for stage in STAGES:
+        if stage in CPU_STAGES:
+            continue
+        want = [2] if stage in TALKERS else [2, 3]
+        assert all(list(g.gpus) == want for g in config(tmp_path, stage).instance_group), stage
+
+
+def test_cpu_profile_is_byte_identical(tmp_path):
+    write_profile_repository("cpu", None, tmp_path)
+    for stage in STAGES:
+        comparison = filecmp.dircmp(STAGE_REPOSITORY / stage, tmp_path / stage)
+        assert not comparison.diff_files and not comparison.left_only, stage
+        for path in (STAGE_REPOSITORY / stage).rglob("*"):
+            if path.is_file():
+                copy = tmp_path / stage / path.relative_to(STAGE_REPOSITORY / stage)
+                assert copy.read_bytes() == path.read_bytes(), path
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_the_layout_round_trips_every_committed_config(stage):
+    committed = config(STAGE_REPOSITORY, stage)
+    text = config_text(committed)
+    reread = mc.ModelConfig()
+    text_format.Parse(text, reread)
+    assert reread == committed
+
+
+def test_errors_name_what_to_change(tmp_path):
+    with pytest.raises(ProfileError, match="profiles: cpu, gpu"):
+        write_profile_repository("tpu", None, tmp_path)
+    with pytest.raises(ProfileError, match="no stage"):
+        write_profile_repository("gpu", ["bogus"], tmp_path)
+    with pytest.raises(ProfileError, match="TALKERS"):
+        profiles.check_talker_shares(list(TALKERS) * 2)
+
+
+def test_an_extra_checkpoint_copies_the_profiled_stages(gpu_repository, tmp_path):
+    family = FAMILIES["qwen3_tts"]
+    write_instance("qwen3_tts-base", family, Path("/models/base"), tmp_path, source=gpu_repository)
+    talker = config(tmp_path, "qwen3_tts-base_talker")
+    assert {g.kind for g in talker.instance_group} == {GPU}
+    assert talker.parameters["checkpoint"].string_value == "/models/base"
+    codec = config(tmp_path, "qwen3_tts-base_code2wav")
+    assert codec.parameters["precision"].string_value == "fp16"
+    assert config(tmp_path, "qwen3_tts-base").platform == "ensemble"
+
+
+def test_launcher_takes_profile_and_gpus():
+    args = parse_args(["--profile", "gpu", "--gpus", "0,1"])
+    assert args.profile == "gpu" and args.gpus == [0, 1]
+    assert parse_args([]).profile in profiles.PROFILES
+    with pytest.raises(SystemExit):
+        parse_args(["--profile", "tpu"])
+
+
+def test_launcher_writes_only_the_served_stages_and_the_cancel_model():
+    out = profile_repository("gpu", ["piper"], [0])
+    try:
+        assert sorted(p.name for p in out.iterdir()) == sorted(
+            [*FAMILIES["piper"].stages, "tritontts_cancel"])
+    finally:
+        shutil.rmtree(out)
+    assert profile_repository("cpu", ["piper"], [0]) is None
