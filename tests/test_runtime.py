@@ -287,3 +287,18 @@ def test_method_graph_exports_one_method_of_a_larger_module(tmp_path):
     runner = select_runner(graph, "onnxruntime", root=tmp_path)
     x = torch.randn(5, 3)
     assert max_diff(runner(x)[0], module.first(x)[0]) <= 1e-6
+
+
+def test_tensorrt_runner_sends_shapes_outside_its_profile_to_torch():
+    """The engine itself needs a GPU; its profile guard does not."""
+    from tritontts.runtime import TensorRTRunner
+
+    graph = small_graph()
+    runner = TensorRTRunner.__new__(TensorRTRunner)     # no engine: only the guard runs
+    runner.graph, runner.warned = graph, False
+    runner.bounds = {name: (s[0], s[2]) for name, s in profile_shapes(graph).items()}
+    assert runner.fits([torch.ones(1, 1)]) and runner.fits([torch.ones(4, 64)])
+    assert not runner.fits([torch.ones(5, 8)]) and not runner.fits([torch.ones(1, 65)])
+    x = torch.ones(2, 100)
+    assert torch.equal(runner(x)[0], 2 * x)
+    assert runner.warned

@@ -314,8 +314,22 @@ class TensorRTRunner(Runner):
         self.graph = graph
         self.device = torch.device(device)
         self.detail = f"TensorRT {trt.__version__}"
+        self.bounds = {name: (shapes[0], shapes[2]) for name, shapes in profile_shapes(graph).items()}
+        self.warned = False
+
+    def fits(self, inputs: Sequence[Tensor]) -> bool:
+        """Whether every input lies inside the engine's optimization profile."""
+        return all(all(lo <= n <= hi for n, lo, hi in zip(value.shape, *self.bounds[spec.name]))
+                   for spec, value in zip(self.graph.inputs, inputs))
 
     def __call__(self, *inputs: Tensor) -> tuple[Tensor, ...]:
+        if not self.fits(inputs):
+            # Longer than the profile (a very long prompt): correct but slower, said once.
+            if not self.warned:
+                log.warning(f"{self.graph.name}: shapes {[tuple(v.shape) for v in inputs]} "
+                            "outside the TensorRT profile; such calls run on PyTorch")
+                self.warned = True
+            return self.graph.torch_call(*inputs)
         trt, ctx = self.trt, self.context
         stream = torch.cuda.current_stream(self.device)
         keep = []
