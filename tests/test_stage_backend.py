@@ -6,6 +6,7 @@ piper's sentence look-ahead and the CosyVoice3 talker's segment loop."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from pathlib import Path
 
@@ -361,8 +362,22 @@ def test_a_decoupled_one_response_stage_releases_each_streams_chunks_in_order(tm
 
 
 def test_a_kind_gpu_instance_gives_its_stage_the_cuda_device_triton_named():
-    from tritontts.triton_stage import instance_device
+    with fake_pb_utils():
+        from tritontts.triton_stage import instance_device
 
     assert instance_device({"model_instance_kind": "GPU", "model_instance_device_id": "1"}) == "cuda:1"
     assert instance_device({"model_instance_kind": "CPU", "model_instance_device_id": "0"}) == "cpu"
     assert instance_device({}) == "cpu"
+
+
+def test_a_gpu_talker_instance_sees_only_its_gpu(monkeypatch):
+    from tritontts.vllm_talker import pin_engine_gpu
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    pin_engine_gpu("cpu")
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    pin_engine_gpu("cuda:1")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")       # Triton counts what it sees
+    pin_engine_gpu("cuda:1")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "6"

@@ -43,6 +43,7 @@ class VllmTalkerStage(EngineStage):
         # On vLLM's CPU backend gpu_memory_utilization is the share of RAM for weights + KV.
         self.max_model_len = int(engine_args["max_model_len"])
         args = {**engine_args, **self.engine_extras()}
+        pin_engine_gpu(context.device)
         if self.in_process:
             self.engine = InprocEngine(self.model_path(), args, self.loop)
         else:
@@ -84,6 +85,25 @@ class VllmTalkerStage(EngineStage):
             self.engine.shutdown()
         finally:
             super().close()
+
+
+def pin_engine_gpu(device: str) -> None:
+    """Put the engine on the instance's GPU: vLLM takes the first visible GPU (in its own
+    engine-core process too, which inherits the environment), so a KIND_GPU instance on
+    GPU N makes N the only one it sees. Must happen before anything in this stub process
+    starts CUDA, which stage construction guarantees (the engine is its first CUDA user)."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    index = device.partition(":")[2] or "0"
+    if torch.cuda.is_initialized():
+        logger.warning(f"CUDA already started in this process; the engine stays on the "
+                       f"current GPU, not {device}")
+        return
+    # Triton's device id counts the GPUs this process already sees.
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible[int(index)] if visible else index
 
 
 class InprocEngine:
