@@ -47,7 +47,7 @@ RUNTIMES = (TENSORRT, ONNXRUNTIME, TORCH)
 # that chose it.
 CPU_DEFAULT = TORCH
 # Bump when the export changes in a way the weights and signature do not show.
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2
 ONNX_OPSET = 18
 # Above this many bytes of weights the ONNX file keeps them beside it (protobuf's 2 GiB limit).
 EXTERNAL_DATA_BYTES = 1 << 30
@@ -194,7 +194,9 @@ def export_onnx(graph: Graph, path: str | Path) -> Path:
         program = torch.onnx.export(
             module, graph.example(), dynamo=True, opset_version=ONNX_OPSET,
             input_names=[s.name for s in graph.inputs], output_names=list(graph.outputs),
-            dynamic_shapes=dynamic_shapes, optimize=True)
+            # onnxscript's optimizer passes: slower export, no faster run (onnxruntime and
+            # TensorRT optimize the graph themselves; measured on the tiny flow and HiFT).
+            dynamic_shapes=dynamic_shapes, optimize=False)
         for logger, level in zip(chatty, levels):
             logger.setLevel(level)
     program.save(str(path), external_data=weight_bytes > EXTERNAL_DATA_BYTES)
@@ -213,6 +215,28 @@ def ensure_onnx(graph: Graph, root: str | Path | None = None) -> Path:
     folder = engine_dir(graph, root)
     onnx_path = folder / "model.onnx"
     if onnx_path.is_file():
+        return onnx_path
+    with _exclusive(folder):
+        return _export_into(graph, folder, onnx_path)
+
+
+@contextlib.contextmanager
+def _exclusive(folder: Path):
+    """One exporter per graph at a time: a stage's instances start together, and the
+    second should wait for the first's file rather than export it again."""
+    import fcntl
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.with_name(folder.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _export_into(graph: Graph, folder: Path, onnx_path: Path) -> Path:
+    if onnx_path.is_file():          # exported while this one waited for the lock
         return onnx_path
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -409,10 +433,13 @@ def ensure_tensorrt_engine(graph: Graph, root: str | Path | None = None,
                            fp16: bool = False) -> Path:
     onnx_path = ensure_onnx(graph, root)
     path = onnx_path.parent / engine_name(fp16)
-    if not path.is_file():
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        build_tensorrt_engine(onnx_path, graph, tmp, fp16=fp16)
-        tmp.replace(path)
+    if path.is_file():
+        return path
+    with _exclusive(path):
+        if not path.is_file():
+            tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+            build_tensorrt_engine(onnx_path, graph, tmp, fp16=fp16)
+            tmp.replace(path)
     return path
 
 
