@@ -45,6 +45,13 @@ def family_path(value: str) -> tuple[str, str]:
     return name, path
 
 
+def triton_urls(value: str) -> list[str]:
+    urls = [u.strip() for u in value.split(",") if u.strip()]
+    if not urls or any(":" not in u for u in urls):
+        raise argparse.ArgumentTypeError(f"{value!r}: give HOST:PORT, or several comma-separated")
+    return urls
+
+
 def model_limit(value: str) -> tuple[str, int]:
     name, sep, count = value.partition("=")
     if not sep or not count.isdigit() or int(count) < 1 or family_of(name) is None:
@@ -67,8 +74,10 @@ def parse_args(argv=None):
                              f"known: {', '.join(FAMILIES)}")
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=8091)
-    parser.add_argument("--triton-url", help="gRPC address of a running tritonserver; "
-                        "when given, no tritonserver is started")
+    parser.add_argument("--triton-url", type=triton_urls,
+                        help="gRPC address of a running tritonserver, or several comma-separated "
+                             "(each request goes to the least-loaded healthy one; a server that "
+                             "dies is skipped); when given, no tritonserver is started")
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--metrics-port", type=int, default=8002)
@@ -266,7 +275,7 @@ def main(argv=None) -> int:
             print(f"starting tritonserver ({', '.join(models)}) ...", flush=True)
             triton.start().wait_ready()
             triton.supervise()          # a tritonserver that dies is brought back
-            triton_url = triton.grpc_url
+            triton_url = [triton.grpc_url]
         app = create_app(triton_url, models, args.max_in_flight, args.request_timeout,
                          checkpoints=served_checkpoints(families, instances, env),
                          voices_dir=args.voices_dir, preload_voices=args.preload_voices,
@@ -279,7 +288,8 @@ def main(argv=None) -> int:
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
         server = uvicorn.Server(config)
         shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host
-        print(f"\nServing {', '.join(models)} at http://{shown}:{args.port}  (Triton gRPC {triton_url})\n"
+        print(f"\nServing {', '.join(models)} at http://{shown}:{args.port}  "
+              f"(Triton gRPC {', '.join(triton_url)})\n"
               f"  curl -X POST http://{shown}:{args.port}/v1/audio/speech "
               "-H 'Content-Type: application/json' \\\n"
               "       -d '{\"input\":\"Hello there.\",\"voice\":\"default\"}' --output out.wav\n",

@@ -23,6 +23,7 @@ from .protocol import (BatchItemResult, BatchSpeechRequest, BatchSpeechResponse,
 from .serving import (Overloaded, SpeechError, SpeechService, error_response, served_models,
                       speech_error)
 from .triton_client import SpeechClient, TritonSpeechClient
+from .triton_pool import TritonPool
 from .voice_api import MAX_UPLOAD_BYTES, delete_voice, list_voices, upload_voice
 from .voices import VoiceStore
 from .websocket import serve_session
@@ -106,7 +107,15 @@ def _validation_message(errors: list[dict]) -> tuple[str, str | None]:
     return problems, (names[-1] if names else None)
 
 
-def create_app(triton_url: str, families: list[str], max_in_flight: int = 64,
+def triton_client(url: str | list[str], request_timeout_s: float,
+                  stall_timeout_s: float) -> SpeechClient:
+    urls = [url] if isinstance(url, str) else list(url)
+    if len(urls) == 1:
+        return TritonSpeechClient(urls[0], request_timeout_s, stall_timeout_s)
+    return TritonPool(urls, request_timeout_s, stall_timeout_s)
+
+
+def create_app(triton_url: str | list[str], families: list[str], max_in_flight: int = 64,
                request_timeout_s: float = 600.0, client: SpeechClient | None = None, *,
                checkpoints: dict[str, Path | None] | None = None,
                voices_dir: Path | None = None, preload_voices: list[Path] = (),
@@ -114,14 +123,15 @@ def create_app(triton_url: str, families: list[str], max_in_flight: int = 64,
                api_key: str | None = None,
                max_in_flight_per_model: dict[str, int] | None = None,
                stall_timeout_s: float = 120.0) -> FastAPI:
-    """`client` replaces the gRPC client to triton_url (the front's unit tests script one)."""
+    """`client` replaces the gRPC client to triton_url (the front's unit tests script one).
+    Several URLs: a TritonPool over them (least-loaded healthy server, failover)."""
     models = served_models(families, checkpoints)
     store = VoiceStore(voices_dir, max_voices, list(preload_voices))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # The gRPC channel belongs to the server's event loop, so it is opened here.
-        speech_client = client or TritonSpeechClient(triton_url, request_timeout_s, stall_timeout_s)
+        speech_client = client or triton_client(triton_url, request_timeout_s, stall_timeout_s)
         app.state.service = SpeechService(speech_client, models, max_in_flight, store, media,
                                           max_in_flight_per_model)
         yield
@@ -205,6 +215,8 @@ def create_app(triton_url: str, families: list[str], max_in_flight: int = 64,
         ready = await service.ready_families() if server_ready else []
         body = {"triton": triton_url, "server_ready": server_ready, "ready_models": ready,
                 "models": service.families}
+        if isinstance(service.client, TritonPool):
+            body["tritonservers"] = service.client.state()
         return JSONResponse(body, status_code=200 if len(ready) == len(service.families) else 503)
 
     @app.get("/metrics")
