@@ -77,7 +77,9 @@ def parse_args(argv=None):
     parser.add_argument("--triton-url", type=triton_urls,
                         help="gRPC address of a running tritonserver, or several comma-separated "
                              "(each request goes to the least-loaded healthy one; a server that "
-                             "dies is skipped); when given, no tritonserver is started")
+                             "dies is skipped); dns:HOST:PORT means every address HOST resolves "
+                             "to, followed as it changes (a Kubernetes headless Service); when "
+                             "given, no tritonserver is started")
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--metrics-port", type=int, default=8002)

@@ -110,7 +110,7 @@ def _validation_message(errors: list[dict]) -> tuple[str, str | None]:
 def triton_client(url: str | list[str], request_timeout_s: float,
                   stall_timeout_s: float) -> SpeechClient:
     urls = [url] if isinstance(url, str) else list(url)
-    if len(urls) == 1:
+    if len(urls) == 1 and not urls[0].startswith("dns:"):
         return TritonSpeechClient(urls[0], request_timeout_s, stall_timeout_s)
     return TritonPool(urls, request_timeout_s, stall_timeout_s)
 

@@ -16,6 +16,10 @@ A SpeechClient like TritonSpeechClient, over one such client per server:
 
 If no server is healthy, the request still tries each (one may be back before its health
 check says so) and fails with TritonUnavailable (HTTP 503) only if none answers.
+
+A URL `dns:HOST:PORT` stands for every address HOST resolves to, looked up again at each
+health check: a Kubernetes headless Service over the tritonserver pods, so pods that the
+autoscaler adds join the rotation and pods that go away leave it (deploy/k8s).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import socket
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, Sequence
 
@@ -33,6 +38,7 @@ logger = logging.getLogger("tritontts.frontend")
 # Failures that mean "this server cannot serve now", as opposed to "this request is bad or
 # failed in a stage" (those would fail on any server, so they are not retried).
 UNREACHABLE = (TritonUnavailable, StageStalled)
+DNS_PREFIX = "dns:"
 
 
 @dataclass
@@ -43,6 +49,7 @@ class Backend:
     in_flight: int = 0
     served: int = 0
     last_error: str = ""
+    origin: str = ""            # the dns: name it was found under ("" = given as is)
     down_since: float | None = field(default=None, repr=False)
 
     def state(self) -> dict:
@@ -56,8 +63,9 @@ class TritonPool:
                  client_factory: Callable[[str], SpeechClient] | None = None):
         if not urls:
             raise ValueError("a Triton pool needs at least one URL")
-        make = client_factory or (lambda url: TritonSpeechClient(url, request_timeout_s, stall_timeout_s))
-        self.backends = [Backend(url, make(url)) for url in urls]
+        self._make = client_factory or (lambda url: TritonSpeechClient(url, request_timeout_s, stall_timeout_s))
+        self.discovered = [u[len(DNS_PREFIX):] for u in urls if u.startswith(DNS_PREFIX)]
+        self.backends = [Backend(url, self._make(url)) for url in urls if not url.startswith(DNS_PREFIX)]
         self.health_interval_s = health_interval_s
         self._turn = itertools.count()
         self._health_task: asyncio.Task | None = None
@@ -73,8 +81,37 @@ class TritonPool:
             await self.check_health()
             await asyncio.sleep(self.health_interval_s)
 
+    async def discover(self) -> None:
+        """Follow each dns: name's addresses: new ones join (as healthy until checked),
+        vanished ones leave once nothing of this front runs on them."""
+        if not self.discovered:
+            return
+        wanted: set[str] = set()
+        loop = asyncio.get_running_loop()
+        for name in self.discovered:
+            host, _, port = name.rpartition(":")
+            try:
+                infos = await loop.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+            except OSError as exc:
+                logger.warning("cannot resolve %s: %s", host, exc)
+                wanted |= {b.url for b in self.backends if b.origin == name}   # keep what we had
+                continue
+            for family, _, _, _, address in infos:
+                ip = f"[{address[0]}]" if family == socket.AF_INET6 else address[0]
+                url = f"{ip}:{port}"
+                wanted.add(url)
+                if all(b.url != url for b in self.backends):
+                    logger.info("tritonserver %s (from %s) joins the rotation", url, name)
+                    self.backends.append(Backend(url, self._make(url), origin=name))
+        gone = [b for b in self.backends if b.origin and b.url not in wanted and not b.in_flight]
+        for backend in gone:
+            logger.info("tritonserver %s left %s", backend.url, backend.origin)
+            self.backends.remove(backend)
+            await backend.client.close()
+
     async def check_health(self) -> None:
         """Ask every server whether it is ready; update the rotation."""
+        await self.discover()
         answers = await asyncio.gather(*(b.client.server_ready() for b in self.backends),
                                        return_exceptions=True)
         for backend, ready in zip(self.backends, answers):
@@ -96,6 +133,8 @@ class TritonPool:
         self._ensure_health_loop()
         turn = next(self._turn)
         n = len(self.backends)
+        if n == 0:
+            return []
         rotated = [self.backends[(turn + i) % n] for i in range(n)]
         healthy = sorted((b for b in rotated if b.healthy), key=lambda b: b.in_flight)
         return healthy + [b for b in rotated if not b.healthy]
@@ -108,6 +147,8 @@ class TritonPool:
     async def synthesize(self, model: str, text: str, voice: str, params: dict,
                          request_id: str) -> AsyncIterator[AudioChunk]:
         failure: Exception | None = None
+        if not self.backends:          # dns: names not looked up yet
+            await self.discover()
         for backend in self.candidates():
             started = False
             backend.in_flight += 1
@@ -134,6 +175,8 @@ class TritonPool:
 
     async def encode_voice(self, model: str, params: dict) -> bytes:
         failure: Exception | None = None
+        if not self.backends:
+            await self.discover()
         for backend in self.candidates():
             backend.in_flight += 1
             try:

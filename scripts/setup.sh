@@ -10,12 +10,22 @@ PYTHON=${PYTHON:-python3}
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
-# Debian: libb64 for perf_analyzer. (Audio codecs come with PyAV's wheel, espeak-ng with piper-tts.)
-if ! dpkg -s libb64-0d >/dev/null 2>&1; then
-  log "installing Debian packages"
+# Debian: libb64 for perf_analyzer; kubectl renders deploy/k8s (its built-in kustomize) for
+# the manifest tests. (Audio codecs come with PyAV's wheel, espeak-ng with piper-tts.)
+DEBS=()
+dpkg -s libb64-0d >/dev/null 2>&1 || DEBS+=(libb64-0d)
+if [ ${#DEBS[@]} -gt 0 ] || ! command -v kubectl >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libb64-0d >/dev/null
+  # kubectl is not in every Debian's archive (Kubernetes' own apt repository has it): only
+  # the manifest tests need it, and they say so if it is missing.
+  if ! command -v kubectl >/dev/null 2>&1 && apt-cache policy kubectl | grep -q 'Candidate: [0-9]'; then
+    DEBS+=(kubectl)
+  fi
+  if [ ${#DEBS[@]} -gt 0 ]; then
+    log "installing Debian packages: ${DEBS[*]}"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${DEBS[@]}" >/dev/null
+  fi
 fi
 
 "$PYTHON" -c 'import sys; assert (3, 10) <= sys.version_info[:2] <= (3, 13), "Python 3.10-3.13 needed (Triton stub versions)"'

@@ -260,14 +260,48 @@ class TritonServer:
             shutil.rmtree(self.cancel_dir, ignore_errors=True)
 
 
+def family_repository_args(args: list[str]) -> list[str]:
+    """`--families A,B [--profile P] [--gpus 0,1]` among tritonserver's flags -> a model
+    repository with those families' stages (rewritten for the profile) and ensembles in a
+    fresh folder, and the flags that serve them (explicit model control, each family and
+    the cancel model loaded). Other flags pass through. What a tritonserver pod runs
+    (deploy/k8s) without knowing the families' stage lists."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--families")
+    parser.add_argument("--profile", default=os.environ.get("TRITONTTS_PROFILE", "cpu"))
+    parser.add_argument("--gpus", default="0")
+    known, rest = parser.parse_known_args(args)
+    if not known.families:
+        return args
+    from .families import FAMILIES
+    from .profiles import copy_ensembles, gpu_ids, write_profile_repository
+
+    families = [f.strip() for f in known.families.split(",") if f.strip()]
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        raise SystemExit(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
+    out = Path(tempfile.mkdtemp(prefix=f"tritontts-{known.profile}-"))
+    stages = sorted({CANCEL_MODEL, *(s for f in families for s in FAMILIES[f].stages)})
+    write_profile_repository(known.profile, stages, out, gpus=gpu_ids(known.gpus))
+    copy_ensembles(out)
+    return [f"--model-repository={out}", "--model-control-mode=explicit",
+            *(f"--load-model={m}" for m in [*families, CANCEL_MODEL]), *rest]
+
+
 def main(argv: list[str] | None = None) -> None:
     """`python -m tritontts.tritonserver [tritonserver flags]`: the real tritonserver with this
     environment prepared (stub, LD_LIBRARY_PATH, TRITONTTS_PYTHONPATH, --backend-directory).
 
     e.g. python -m tritontts.tritonserver --model-repository model_repository \\
              --model-repository ensembles --model-control-mode explicit --load-model piper
+         python -m tritontts.tritonserver --families piper,cosyvoice3 --profile gpu
+             (the families' stages, rewritten for the profile, in a fresh repository)
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    args = family_repository_args(args)
     command = base_command()
     if any(a.startswith("--backend-directory") for a in args):
         command = command[:1]  # the user's own backend directory wins

@@ -147,3 +147,29 @@ def test_the_launcher_takes_several_comma_separated_triton_urls():
     assert parse_args(["--triton-url", "a:8001, b:9001"]).triton_url == ["a:8001", "b:9001"]
     with pytest.raises(SystemExit):
         parse_args(["--triton-url", "no-port"])
+
+
+@run_async
+async def test_a_dns_name_stands_for_every_address_it_resolves_to_followed_as_it_changes(monkeypatch):
+    """What a Kubernetes headless Service gives: one name, one A record per ready pod."""
+    records = {"triton-headless": ["10.0.0.1", "10.0.0.2"]}
+    made: dict[str, FakeTritonClient] = {}
+
+    async def getaddrinfo(host, port, type=0):
+        return [(2, 1, 6, "", (ip, port)) for ip in records[host]]
+
+    def make(url):
+        made[url] = FakeTritonClient()
+        return made[url]
+
+    pool = TritonPool(["dns:triton-headless:8001"], health_interval_s=3600, client_factory=make)
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", getaddrinfo)
+    for i in range(4):
+        await drain(pool, f"r{i}")
+    assert sorted(made) == ["10.0.0.1:8001", "10.0.0.2:8001"]
+    assert [len(f.calls) for f in made.values()] == [2, 2]
+    records["triton-headless"] = ["10.0.0.2", "10.0.0.3"]      # scaled: one pod replaced
+    await pool.check_health()
+    assert sorted(s["url"] for s in pool.state()) == ["10.0.0.2:8001", "10.0.0.3:8001"]
+    assert made["10.0.0.1:8001"].closed
+    await pool.close()
