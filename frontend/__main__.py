@@ -65,24 +65,27 @@ def checkpoint_help() -> str:
                      for f in FAMILIES.values())
 
 
-def parse_args(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m frontend",
                                      description=__doc__ + "\ncheckpoints:\n" + checkpoint_help(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--families", default=os.environ.get("TRITONTTS_FAMILIES", DEFAULT_FAMILY),
                         help="comma-separated families to load (default: %(default)s); "
                              f"known: {', '.join(FAMILIES)}")
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=8091)
+    parser.add_argument("--host", default="0.0.0.0", help="address the front listens on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8091, help="the front's HTTP port (default: %(default)s)")
     parser.add_argument("--triton-url", type=triton_urls,
                         help="gRPC address of a running tritonserver, or several comma-separated "
                              "(each request goes to the least-loaded healthy one; a server that "
                              "dies is skipped); dns:HOST:PORT means every address HOST resolves "
                              "to, followed as it changes (a Kubernetes headless Service); when "
                              "given, no tritonserver is started")
-    parser.add_argument("--grpc-port", type=int, default=8001)
-    parser.add_argument("--http-port", type=int, default=8000)
-    parser.add_argument("--metrics-port", type=int, default=8002)
+    parser.add_argument("--grpc-port", type=int, default=8001,
+                        help="the started tritonserver's gRPC port (default: %(default)s)")
+    parser.add_argument("--http-port", type=int, default=8000,
+                        help="its HTTP port, /v2/health/* (default: %(default)s)")
+    parser.add_argument("--metrics-port", type=int, default=8002,
+                        help="its Prometheus metrics port (default: %(default)s)")
     parser.add_argument("--checkpoint", action="append", type=family_path, default=[],
                         metavar="FAMILY=PATH",
                         help="a family's checkpoint (repeatable); wins over its environment variable")
@@ -120,7 +123,11 @@ def parse_args(argv=None):
     voices.add_argument("--allow-media-host", action="append", default=[], metavar="HOST",
                         help="a host name, address or CIDR that ref_audio URLs may fetch from even "
                              "though it is private or loopback (repeatable)")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def default_voices_dir() -> Path:
@@ -275,7 +282,7 @@ def main(argv=None) -> int:
     try:
         if triton is not None:
             print(f"starting tritonserver ({', '.join(models)}) ...", flush=True)
-            triton.start().wait_ready()
+            triton.start().wait_ready(report=lambda line: print(line, flush=True))
             triton.supervise()          # a tritonserver that dies is brought back
             triton_url = [triton.grpc_url]
         app = create_app(triton_url, models, args.max_in_flight, args.request_timeout,

@@ -20,6 +20,7 @@ import sysconfig
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 from pathlib import Path
 
 from .cancellation import CANCEL_DIR_ENV, CANCEL_MODEL
@@ -159,20 +160,29 @@ class TritonServer:
     def grpc_url(self) -> str:
         return f"localhost:{self.grpc_port}"
 
-    def wait_ready(self, timeout: float = 300.0) -> None:
-        """Wait until the server and every requested model are ready; fail loudly."""
+    def wait_ready(self, timeout: float = 300.0, report: Callable[[str], None] | None = None) -> None:
+        """Wait until the server and every requested model are ready; fail loudly. `report`
+        gets one line per model whose load state changes (the launcher prints them: a
+        talker takes minutes, and the user should see which stage is loading), and the
+        reason Triton gives for a model that failed to load."""
         import tritonclient.grpc as grpcclient
 
         deadline = time.monotonic() + timeout
         client = grpcclient.InferenceServerClient(self.grpc_url)
+        states: dict[str, str] = {}
+        started = time.monotonic()
         try:
             while time.monotonic() < deadline:
                 if self._stopping:
                     raise RuntimeError("tritonserver is being stopped")
                 if self.process and self.process.poll() is not None:
+                    failed = [f"{m}: {r}" for m, r in states.items() if r.startswith("UNAVAILABLE")]
                     raise RuntimeError(f"tritonserver exited with code {self.process.returncode}"
+                                       + (f" ({'; '.join(failed)})" if failed else "")
                                        + (f"; see {self.log_path}" if self.log_path else ""))
                 try:
+                    if report is not None:
+                        self._report_states(client, states, report, time.monotonic() - started)
                     if client.is_server_ready() and all(client.is_model_ready(m) for m in self.models):
                         return
                 except Exception:
@@ -182,6 +192,18 @@ class TritonServer:
             client.close()
         raise TimeoutError(f"tritonserver not ready after {timeout:.0f}s"
                            + (f"; see {self.log_path}" if self.log_path else ""))
+
+    @staticmethod
+    def _report_states(client, states: dict[str, str], report: Callable[[str], None],
+                       elapsed: float) -> None:
+        index = client.get_model_repository_index(as_json=True).get("models", [])
+        loaded = [m for m in index if m.get("state")]
+        ready = sum(1 for m in loaded if m["state"] == "READY")
+        for model in loaded:
+            state = model["state"] + (f": {model['reason']}" if model.get("reason") else "")
+            if states.get(model["name"]) != state:
+                states[model["name"]] = state
+                report(f"[{elapsed:5.0f} s] {model['name']}: {state} ({ready}/{len(loaded)} ready)")
 
     def supervise(self, poll_s: float = 0.5, max_backoff_s: float = 30.0) -> None:
         """Bring the server back whenever it exits without stop() (killed, crashed): what

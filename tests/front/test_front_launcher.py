@@ -101,3 +101,35 @@ def test_another_checkpoint_of_a_family_that_does_not_exist_exits_2_naming_it(fa
 def test_a_malformed_second_model_name_exits_2(capsys):
     code, err = launch(["--checkpoint", "qwen3_tts-=x"], capsys)
     assert code == 2 and "FAMILY-NAME=PATH" in err
+
+
+def test_help_documents_every_option():
+    from frontend.__main__ import build_parser
+
+    undocumented = [a.option_strings for a in build_parser()._actions
+                    if a.option_strings and not (a.help and a.help.strip())]
+    assert not undocumented
+
+
+def test_model_load_progress_is_reported_per_model_with_the_failure_reason():
+    from tritontts.tritonserver import TritonServer
+
+    class Index:
+        def __init__(self):
+            self.models = [{"name": "piper_text", "state": "LOADING"},
+                           {"name": "piper_vits", "state": "LOADING"}]
+
+        def get_model_repository_index(self, as_json=False):
+            return {"models": self.models}
+
+    index, states, lines = Index(), {}, []
+    TritonServer._report_states(index, states, lines.append, 1.0)
+    TritonServer._report_states(index, states, lines.append, 2.0)      # no change: no line
+    index.models = [{"name": "piper_text", "state": "READY"},
+                    {"name": "piper_vits", "state": "UNAVAILABLE",
+                     "reason": "piper_vits: voices.json: no such file"}]
+    TritonServer._report_states(index, states, lines.append, 9.0)
+    assert lines == ["[    1 s] piper_text: LOADING (0/2 ready)",
+                     "[    1 s] piper_vits: LOADING (0/2 ready)",
+                     "[    9 s] piper_text: READY (1/2 ready)",
+                     "[    9 s] piper_vits: UNAVAILABLE: piper_vits: voices.json: no such file (1/2 ready)"]
