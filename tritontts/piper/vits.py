@@ -87,7 +87,7 @@ class PiperVits:
 
     @staticmethod
     def _session(graph: bytes, threads: int, spin: bool, device: str) -> ort.InferenceSession:
-        from ..runtime import onnxruntime_providers
+        from ..devices import onnxruntime_providers
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
