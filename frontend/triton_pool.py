@@ -164,10 +164,9 @@ class TritonPool:
                         yield chunk
                 return
             except UNREACHABLE as exc:
-                if started:
-                    self._mark_down(backend, str(exc))
-                    raise
                 self._mark_down(backend, str(exc))
+                if started:
+                    raise
                 failure = exc
             finally:
                 backend.in_flight -= 1
