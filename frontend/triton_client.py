@@ -124,17 +124,33 @@ class TritonSpeechClient:
 
     async def encode_voice(self, model: str, params: dict) -> bytes:
         """A reference's packed features from a family's voice encoder stage (its prompt
-        stage, asked for its voice_features output alone; tritontts/voice.py)."""
+        stage, asked for its voice_features output alone; tritontts/voice.py). Sent on a
+        stream: a decoupled prompt stage (one that streams segments) takes no unary call."""
+        request = {
+            "model_name": model,
+            "inputs": [_bytes_input(stage.TEXT, ""), _bytes_input(stage.VOICE, "default"),
+                       _bytes_input(stage.PARAMS, json.dumps(params))],
+            "outputs": [InferRequestedOutput(VOICE_FEATURES)],
+        }
+
+        async def one_request():
+            yield request
+
+        responses = None
         try:
-            result = await self._client.infer(
-                model, [_bytes_input(stage.TEXT, ""), _bytes_input(stage.VOICE, "default"),
-                        _bytes_input(stage.PARAMS, json.dumps(params))],
-                outputs=[InferRequestedOutput(VOICE_FEATURES)], client_timeout=self.request_timeout_s)
+            responses = self._client.stream_infer(one_request(), stream_timeout=self.request_timeout_s)
+            async for result, error in responses:
+                if error is not None:
+                    raise _classify(str(error))
+                return bytes(result.as_numpy(VOICE_FEATURES).reshape(-1)[0])
+            raise StageFailed(f"{model} ended the stream without voice features")
         except InferenceServerException as exc:
             raise _classify(str(exc)) from None
         except grpc.aio.AioRpcError as exc:
             raise TritonUnavailable(f"{exc.code().name}: {exc.details()}") from None
-        return bytes(result.as_numpy(VOICE_FEATURES).reshape(-1)[0])
+        finally:
+            if responses is not None:
+                responses.cancel()
 
     async def synthesize(self, model: str, text: str, voice: str, params: dict,
                          request_id: str) -> AsyncIterator[AudioChunk]:

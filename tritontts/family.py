@@ -86,3 +86,19 @@ class Family:
         self.parse_params(params)
         return params
 
+
+def synthetic_reference() -> dict:
+    """Request fields for cloning in tests and benchmarks: a 3 s synthetic reference
+    recording (a 150 Hz tone, amplitude-modulated like syllables) and its transcript."""
+    import base64
+    import io
+
+    import numpy as np
+    import soundfile as sf
+
+    t = np.arange(3 * 24000) / 24000
+    audio = (0.3 * np.sin(2 * np.pi * 150 * t) * (1 + np.sin(2 * np.pi * 2 * t))).astype(np.float32)
+    buf = io.BytesIO()
+    sf.write(buf, audio, 24000, format="WAV")
+    return {"ref_audio": base64.b64encode(buf.getvalue()).decode(),
+            "ref_text": "This is the reference voice."}

@@ -28,7 +28,9 @@ responses and maps errors. Three kinds:
 
   Stage           run(inputs) -> outputs             one response per request; in a
                                                      decoupled model, scheduled earliest
-                                                     chunk first (tritontts/scheduling.py)
+                                                     chunk first (tritontts/scheduling.py);
+                                                     run_batch(list) for the dynamic batcher's
+                                                     batches (default: run each)
   StreamingStage  run(inputs) -> iterator of outputs one response per chunk (decoupled)
   EngineStage     async run(inputs) -> async iterator   the same on an asyncio loop of the
                                                      stage's own (an engine such as vLLM)
@@ -214,6 +216,18 @@ class Stage:
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
         raise NotImplementedError
+
+    def run_batch(self, batch: list[Inputs]) -> list[dict[str, Any] | Exception]:
+        """The requests Triton's dynamic batcher gathered, in order: one result (outputs, or
+        the exception that request fails with) per request. The default runs them one by
+        one; a stage whose network gains from batching computes them together."""
+        results: list[dict[str, Any] | Exception] = []
+        for inputs in batch:
+            try:
+                results.append(self.run(inputs))
+            except Exception as exc:  # noqa: BLE001 - that request fails, not the batch
+                results.append(exc)
+        return results
 
     def encode_voice(self, inputs: Inputs) -> bytes:
         """A family's prompt stage that stores cloned voices (Family.voice_encoder) returns

@@ -192,7 +192,36 @@ class TritonPythonModel:
             for request in requests:
                 self._stream(request, request.get_response_sender())
             return None
-        return [self._respond(request) for request in requests]
+        return self._respond_batch(requests)
+
+    def _respond_batch(self, requests) -> list:
+        """A batch of the dynamic batcher: voice encodings and bad or cancelled requests are
+        answered one by one, the rest go to the stage's run_batch together."""
+        responses: list = [None] * len(requests)
+        batch, slots = [], []
+        for slot, request in enumerate(requests):
+            try:
+                if request.is_cancelled() or set(request.requested_output_names()) == {VOICE_FEATURES}:
+                    responses[slot] = self._respond(request)
+                    continue
+                batch.append(self.inputs(request))
+                slots.append(slot)
+            except Exception as exc:
+                responses[slot] = error_response(exc)
+        if batch:
+            try:
+                results = self.stage.run_batch(batch)
+            except Exception as exc:
+                results = [exc] * len(batch)
+            for slot, inputs, result in zip(slots, batch, results):
+                request = requests[slot]
+                try:
+                    responses[slot] = (error_response(result) if isinstance(result, Exception) else
+                                       self.response(result, inputs,
+                                                     set(request.requested_output_names()) - {VOICE_FEATURES}))
+                except Exception as exc:
+                    responses[slot] = error_response(exc)
+        return responses
 
     def _respond(self, request) -> "pb_utils.InferenceResponse":
         if request.is_cancelled():  # the client went away: skip the work
@@ -230,9 +259,15 @@ class TritonPythonModel:
         """Send each chunk `run` yields; the last with the FINAL flag."""
         chunks = _Chunks(self, request)
         try:
+            requested = set(request.requested_output_names())
+            if requested == {VOICE_FEATURES}:   # the front storing a voice: one response
+                inputs = chunks.inputs()
+                sender.send(self.response({VOICE_FEATURES: [self.stage.encode_voice(inputs)]},
+                                          inputs, requested), flags=FINAL)
+                return
             for chunk in self.stage.run(chunks.inputs()):
                 if chunks.add(chunk, sender.send):
-                    break
+                    return          # the final chunk has gone, and with it the sender
             chunks.finish(sender.send)
         except Exception as exc:  # the request fails, the model stays up
             sender.send(error_response(exc), flags=FINAL)

@@ -21,13 +21,18 @@ Every missing or malformed file or field is a CheckpointError that names it.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ..checkpoint import CheckpointError, require_dir, require_files
+from ..checkpoint import REQUIRED as _REQUIRED
+from ..checkpoint import CheckpointError
+from ..checkpoint import ConfigFields as _Fields
+from ..checkpoint import read_json as _read_json
+from ..checkpoint import require_dir, require_files, require_json_objects, require_tokenizer
+from ..checkpoint import weight_names as _weight_names
+from ..qwen3 import Qwen3Shape
 
 CONFIG_FILE = "config.json"
 GENERATION_FILE = "generation_config.json"
@@ -50,105 +55,11 @@ KIND_OF_TASK = MappingProxyType({task: kind for kind, task in TASK_OF_KIND.items
 TOKENIZER_TYPE = "qwen3_tts_tokenizer_12hz"
 AUTO_LANGUAGE = "auto"
 
-_REQUIRED = object()
-
-
-class _Fields:
-    """One JSON object of a checkpoint file, read field by field; errors name the file and
-    the field's path (talker_config.code_predictor_config.hidden_size)."""
-
-    def __init__(self, data: Any, path: Path, where: str = ""):
-        if not isinstance(data, dict):
-            raise CheckpointError(f"{path}: {where.rstrip('.') or 'the file'} must be a JSON object")
-        self.data, self.path, self.where = data, path, where
-
-    def fail(self, name: str, problem: str):
-        raise CheckpointError(f"{self.path}: {self.where}{name} {problem}")
-
-    def has(self, name: str) -> bool:
-        return self.data.get(name) is not None
-
-    def _get(self, name: str, default):
-        value = self.data.get(name)
-        if value is None:
-            if default is _REQUIRED:
-                self.fail(name, "is missing")
-            return default, False
-        return value, True
-
-    def int(self, name: str, default=_REQUIRED, low: int | None = None):
-        value, present = self._get(name, default)
-        if present:
-            if isinstance(value, bool) or not isinstance(value, int):
-                self.fail(name, f"must be an integer, got {value!r}")
-            if low is not None and value < low:
-                self.fail(name, f"must be at least {low}, got {value}")
-        return value
-
-    def float(self, name: str, default=_REQUIRED, positive: bool = False):
-        value, present = self._get(name, default)
-        if present:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                self.fail(name, f"must be a number, got {value!r}")
-            if positive and not value > 0:
-                self.fail(name, f"must be positive, got {value}")
-            value = float(value)
-        return value
-
-    def bool(self, name: str, default=_REQUIRED):
-        value, present = self._get(name, default)
-        if present and not isinstance(value, bool):
-            self.fail(name, f"must be true or false, got {value!r}")
-        return value
-
-    def str(self, name: str, default=_REQUIRED, choices: tuple[str, ...] | None = None):
-        value, present = self._get(name, default)
-        if present:
-            if not isinstance(value, str):
-                self.fail(name, f"must be a string, got {value!r}")
-            if choices is not None and value not in choices:
-                self.fail(name, f"is {value!r}; expected one of {list(choices)}")
-        return value
-
-    def ints(self, name: str, default=_REQUIRED):
-        value, present = self._get(name, default)
-        if present and (not isinstance(value, list) or not all(
-                isinstance(v, int) and not isinstance(v, bool) for v in value)):
-            self.fail(name, f"must be a list of integers, got {value!r}")
-        return tuple(value) if present else value
-
-    def object(self, name: str, default=_REQUIRED) -> "_Fields | None":
-        value, present = self._get(name, default)
-        if not present:
-            return None if value is None else _Fields(value, self.path, f"{self.where}{name}.")
-        if not isinstance(value, dict):
-            self.fail(name, "must be a JSON object")
-        return _Fields(value, self.path, f"{self.where}{name}.")
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not readable JSON ({exc})") from None
-
-
 # --- config.json ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class DecoderShape:
-    """What one Qwen3 decoder stack is built from (talker.py builds both from this)."""
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    rms_norm_eps: float
-    rope_theta: float
-    attention_bias: bool
-    max_position_embeddings: int
+class DecoderShape(Qwen3Shape):
+    """What one Qwen3 decoder stack of the talker is built from (talker.py builds both)."""
     num_code_groups: int            # codebooks per frame (16)
 
 
@@ -444,28 +355,13 @@ def lookup(table: Mapping[str, Any], name: str):
     return None
 
 
-def _weight_names(path: Path) -> frozenset[str]:
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            return frozenset(f.keys())
-    except Exception as exc:  # noqa: BLE001 - any failure is a bad file
-        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
-
-
 def open_checkpoint(root: str | Path) -> Qwen3TTSCheckpoint:
     root = require_dir(root, "Qwen3-TTS")
     require_files(root, REQUIRED_FILES, "Qwen3-TTS")
-    if not (root / "tokenizer.json").is_file() and not (
-            (root / "vocab.json").is_file() and (root / "merges.txt").is_file()):
-        raise CheckpointError(f"{root}: the text tokenizer needs tokenizer.json or vocab.json + merges.txt")
+    require_tokenizer(root)
     config = parse_config(_read_json(root / CONFIG_FILE), root / CONFIG_FILE)
     generation = parse_generation_config(_read_json(root / GENERATION_FILE), root / GENERATION_FILE)
-    for name in ("config.json", "preprocessor_config.json"):
-        path = root / SPEECH_TOKENIZER_DIR / name
-        if not isinstance(_read_json(path), dict):
-            raise CheckpointError(f"{path}: expected a JSON object")
+    require_json_objects(root / SPEECH_TOKENIZER_DIR, ("config.json", "preprocessor_config.json"))
     names = _weight_names(root / WEIGHTS_FILE)
     needed = [TALKER_PREFIX] + ([SPEAKER_ENCODER_PREFIX] if config.kind == "base" else [])
     for prefix in needed:

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..checkpoint import CheckpointError, load_strict, require_dir, require_files
+from ..qwen3 import RMSNorm, rotate
 
 __all__ = [
     "Code2WavConfig", "Qwen3TTSCode2Wav", "load_code2wav", "decode_chunk", "decode_streaming",
@@ -251,19 +252,6 @@ class DecoderBlock(nn.Module):
 
 # --- transformer -------------------------------------------------------------------------
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: Tensor) -> Tensor:
-        # Normalized in float32 whatever the model dtype, as the reference does.
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
-
-
 class LayerScale(nn.Module):
     def __init__(self, dim: int, initial: float) -> None:
         super().__init__()
@@ -271,12 +259,6 @@ class LayerScale(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.scale * x
-
-
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """RoPE in the half-split layout (dims i and i + head_dim/2 form a pair)."""
-    first, second = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-second, first), dim=-1) * sin
 
 
 class SlidingWindowAttention(nn.Module):
@@ -296,8 +278,8 @@ class SlidingWindowAttention(nn.Module):
         def split(proj: nn.Linear, heads: int) -> Tensor:
             return proj(x).view(b, t, heads, self.head_dim).transpose(1, 2)
 
-        q = _rotate(split(self.q_proj, self.heads), cos, sin)
-        k = _rotate(split(self.k_proj, self.kv_heads), cos, sin)
+        q = rotate(split(self.q_proj, self.heads), cos, sin)
+        k = rotate(split(self.k_proj, self.kv_heads), cos, sin)
         v = split(self.v_proj, self.kv_heads)
         if self.kv_heads != self.heads:      # grouped-query: query head h reads kv head h // group
             group = self.heads // self.kv_heads

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..family import Capabilities, Family
+from ..family import Capabilities, Family, synthetic_reference
 from .request import KNOWN, parse_qwen3_tts_params
 
 
@@ -64,22 +64,7 @@ FAMILY = Family(
     variants={
         "voice_design": ({"kind": "voice_design"},
                          lambda: {"max_new_tokens": 24, "instructions": "A calm, low voice."}),
-        "base": ({"kind": "base"}, lambda: {"max_new_tokens": 24, **_reference_params()}),
+        "base": ({"kind": "base"}, lambda: {"max_new_tokens": 24, **synthetic_reference()}),
     },
 )
 
-
-def _reference_params() -> dict:
-    """A 3 s synthetic reference recording and its transcript (Base cloning)."""
-    import base64
-    import io
-
-    import numpy as np
-    import soundfile as sf
-
-    t = np.arange(3 * 24000) / 24000
-    audio = (0.3 * np.sin(2 * np.pi * 150 * t) * (1 + np.sin(2 * np.pi * 2 * t))).astype(np.float32)
-    buf = io.BytesIO()
-    sf.write(buf, audio, 24000, format="WAV")
-    return {"ref_audio": base64.b64encode(buf.getvalue()).decode(),
-            "ref_text": "This is the reference voice."}

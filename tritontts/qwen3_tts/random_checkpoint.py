@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import re
 from pathlib import Path
 
 import torch
 
+from ..random_weights import randomize, save_safetensors, write_qwen2_tokenizer
 from .checkpoint import (CONFIG_FILE, GENERATION_FILE, KINDS, SPEAKER_ENCODER_PREFIX,
-                         SPEECH_TOKENIZER_DIR, TALKER_PREFIX, TOKENIZER_CONFIG_FILE, TOKENIZER_TYPE,
+                         SPEECH_TOKENIZER_DIR, TALKER_PREFIX, TOKENIZER_TYPE,
                          WEIGHTS_FILE, parse_config)
 
 # The released codec vocabulary: 2048 codes of codebook 0, then control tokens, languages
@@ -95,36 +95,10 @@ _CORPUS = ("<|im_start|>assistant\nThe quick brown fox jumps over the lazy dog.<
 
 
 def _write_tokenizer(out: Path) -> dict[str, int]:
-    """vocab.json, merges.txt and tokenizer_config.json of a small Qwen2-style BPE; returns
-    the special tokens' ids. "assistant", "user" and "\\n" come out as single tokens, as in
+    """The text tokenizer; "assistant", "user" and "\\n" come out as single tokens, as in
     the released vocabulary (the reference slices the chat template by token counts)."""
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
-    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    # Special tokens are split off before BPE runs, so train on the pieces between them.
-    pieces = [p for p in re.split(r"<\|im_start\|>|<\|im_end\|>", _CORPUS) if p]
-    tok.train_from_iterator(pieces * 16, trainers.BpeTrainer(
-        vocab_size=480, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.model.save(str(out))
-    vocab = json.loads((out / "vocab.json").read_text(encoding="utf-8"))
-    for word in ("assistant", "user", "Ċ"):     # Ċ: byte-level "\n"
-        if word not in vocab:
-            raise RuntimeError(f"the tokenizer corpus did not make {word!r} one token")
-    ids = {token: len(vocab) + i for i, token in enumerate(SPECIAL_TOKENS)}
-    (out / TOKENIZER_CONFIG_FILE).write_text(json.dumps({
-        "add_prefix_space": False, "bos_token": None, "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>", "unk_token": None, "errors": "replace",
-        "clean_up_tokenization_spaces": False, "model_max_length": 131072,
-        "split_special_tokens": False, "tokenizer_class": "Qwen2Tokenizer",
-        "added_tokens_decoder": {str(i): {"content": token, "lstrip": False, "normalized": False,
-                                          "rstrip": False, "single_word": False, "special": True}
-                                 for token, i in ids.items()},
-    }, indent=2, ensure_ascii=False), encoding="utf-8")
-    return ids
+    return write_qwen2_tokenizer(out, SPECIAL_TOKENS, _CORPUS, single_tokens=("assistant", "user", "Ċ"),
+                                 eos_token="<|im_end|>")
 
 
 def _config(kind: str, size: str, special: dict[str, int]) -> dict:
@@ -195,20 +169,6 @@ PREPROCESSOR_CONFIG = {"chunk_length_s": None, "feature_extractor_type": "Encode
                        "padding_value": 0.0, "return_attention_mask": True, "sampling_rate": 24000}
 
 
-def _randomize(module: torch.nn.Module, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Random values for every tensor: norm scales near 1 (not exactly, so that a norm whose
-    weight went unused shows), biases and weights small."""
-    state = {}
-    for name, tensor in module.state_dict().items():
-        noise = torch.randn(tensor.shape, generator=generator)
-        if tensor.ndim == 1 and "norm" in name:
-            value = 1.0 + 0.1 * noise
-        else:
-            value = 0.05 * noise
-        state[name] = value.to(tensor.dtype) if tensor.is_floating_point() else tensor
-    return state
-
-
 def _module(name: str):
     """One of this package's model modules; a clear error while it does not exist yet."""
     try:
@@ -222,7 +182,7 @@ def _talker_state(config: dict, out: Path, generator: torch.Generator) -> dict[s
     from .talker import Qwen3TTSTalker
 
     talker = Qwen3TTSTalker(parse_config(config, out / CONFIG_FILE))
-    return {TALKER_PREFIX + k: v for k, v in _randomize(talker, generator).items()}
+    return {TALKER_PREFIX + k: v for k, v in randomize(talker, generator).items()}
 
 
 def _speaker_encoder_state(config: dict, out: Path) -> dict[str, torch.Tensor]:
@@ -260,13 +220,6 @@ def _live_codebooks(state: dict[str, torch.Tensor], generator: torch.Generator) 
     return state
 
 
-def _save(state: dict[str, torch.Tensor], path: Path, dtype: torch.dtype) -> None:
-    from safetensors.torch import save_file
-
-    save_file({k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in state.items()},
-              str(path), metadata={"format": "pt"})
-
-
 def write_random_checkpoint(out: str | Path, kind: str = "custom_voice", seed: int = 0,
                             size: str = "tiny") -> Path:
     if kind not in KINDS:
@@ -285,13 +238,13 @@ def write_random_checkpoint(out: str | Path, kind: str = "custom_voice", seed: i
     if kind == "base":
         torch.manual_seed(seed + 1)
         state.update(_speaker_encoder_state(config, out))
-    _save(state, out / WEIGHTS_FILE, dtype)
+    save_safetensors(state, out / WEIGHTS_FILE, dtype)
     speech = speech_tokenizer_config(size)
     (out / SPEECH_TOKENIZER_DIR / CONFIG_FILE).write_text(json.dumps(speech, indent=2), encoding="utf-8")
     (out / SPEECH_TOKENIZER_DIR / "preprocessor_config.json").write_text(
         json.dumps(PREPROCESSOR_CONFIG, indent=2), encoding="utf-8")
     torch.manual_seed(seed + 2)
-    _save(_speech_tokenizer_state(speech, generator), out / SPEECH_TOKENIZER_DIR / WEIGHTS_FILE, dtype)
+    save_safetensors(_speech_tokenizer_state(speech, generator), out / SPEECH_TOKENIZER_DIR / WEIGHTS_FILE, dtype)
     return out
 
 

@@ -20,7 +20,7 @@ from typing import Any, AsyncIterator
 import numpy as np
 import torch
 
-from ..audio import decode_audio, resample
+from ..audio import reference_recording
 from ..stage import (AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest,
                      Stage, StageContext, begin_request, parse_params)
 from .. import sampling
@@ -199,15 +199,7 @@ class Qwen3TTSPromptStage(Stage):
 
     @staticmethod
     def reference_audio(data: bytes) -> np.ndarray:
-        audio, rate = decode_audio(data, "ref_audio")
-        seconds = audio.size / rate
-        if not MIN_REF_SECONDS <= seconds <= MAX_REF_SECONDS:
-            raise InvalidRequest(f"ref_audio is {seconds:.1f} s; it must be between "
-                                 f"{MIN_REF_SECONDS:g} and {MAX_REF_SECONDS:g} s")
-        audio = resample(audio, rate, SAMPLE_RATE_HZ).astype(np.float32)
-        if float(np.abs(audio).max(initial=0.0)) < 1e-4:
-            raise InvalidRequest("ref_audio is silent")
-        return audio
+        return reference_recording(data, SAMPLE_RATE_HZ, MIN_REF_SECONDS, MAX_REF_SECONDS)
 
 
 def _at_least_one_row(array: np.ndarray) -> np.ndarray:

@@ -35,8 +35,7 @@ from torch import Tensor, nn
 
 from ..checkpoint import load_strict
 from .checkpoint import TALKER_PREFIX, WEIGHTS_FILE, DecoderShape, Qwen3TTSConfig, TalkerConfig
-# The speech tokenizer's decoder normalizes as Qwen3 does (float32, weight after the cast).
-from .code2wav import RMSNorm
+from ..qwen3 import KVCache, Qwen3Stack
 
 # The reference never lets codebook 0 take the last 1024 codec ids (control tokens, languages,
 # speakers) except codec EOS: generate() passes suppress_tokens = [vocab - 1024, vocab) minus
@@ -80,120 +79,6 @@ class TopKTopPSampler:
         probs = logits.softmax(-1)
         where = self.generator.device if self.generator is not None else probs.device
         return torch.multinomial(probs.to(where), 1, generator=self.generator)[..., 0].to(probs.device)
-
-
-# --- the Qwen3 decoder ----------------------------------------------------------------------
-
-def rope_cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype
-                 ) -> tuple[Tensor, Tensor]:
-    """cos, sin [T, head_dim] for 1-D positions [T] (frequencies and angles in float32)."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64,
-                                            device=positions.device).float() / head_dim)
-    angles = positions.float()[:, None] * inv_freq[None]
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
-
-
-class KVCache:
-    """Keys and values per layer, [B, kv_heads, T, head_dim]; every row has the same length."""
-
-    def __init__(self, num_layers: int):
-        self.keys: list[Tensor | None] = [None] * num_layers
-        self.values: list[Tensor | None] = [None] * num_layers
-
-    @property
-    def length(self) -> int:
-        return 0 if self.keys[0] is None else self.keys[0].shape[2]
-
-    def extend(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        if self.keys[layer] is not None:
-            k = torch.cat([self.keys[layer], k], dim=2)
-            v = torch.cat([self.values[layer], v], dim=2)
-        self.keys[layer], self.values[layer] = k, v
-        return k, v
-
-
-class Attention(nn.Module):
-    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, eps: float, bias: bool):
-        super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=bias)
-        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
-        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
-        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=bias)
-        # Qwen3's QK-norm: RMSNorm over each head's vector, before RoPE.
-        self.q_norm = RMSNorm(head_dim, eps)
-        self.k_norm = RMSNorm(head_dim, eps)
-
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, layer: int) -> Tensor:
-        b, t, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, t, self.heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, t, self.kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        if cache is not None:
-            k, v = cache.extend(layer, k, v)
-        # Grouped-query attention: query head h reads key/value head h // (heads / kv_heads).
-        repeat = self.heads // self.kv_heads
-        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
-        past = k.shape[2] - t
-        # Causal over the cached past and the new positions (a lone new position sees all).
-        mask = None if t == 1 else (torch.arange(past + t, device=x.device)[None]
-                                    <= past + torch.arange(t, device=x.device)[:, None])
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
-
-
-class MLP(nn.Module):
-    def __init__(self, hidden: int, intermediate: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class DecoderLayer(nn.Module):
-    def __init__(self, cfg: DecoderShape):
-        super().__init__()
-        self.self_attn = Attention(cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
-                                   cfg.head_dim, cfg.rms_norm_eps, cfg.attention_bias)
-        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, layer: int) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer)
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-
-class Qwen3Stack(nn.Module):
-    """Decoder layers and the final norm, over input embeddings: hidden states [B, T, H]
-    (after the norm) for positions cache.length, cache.length + 1, ..."""
-
-    def __init__(self, cfg: DecoderShape):
-        super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.head_dim, self.rope_theta = cfg.head_dim, cfg.rope_theta
-
-    def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
-        start = cache.length if cache is not None else 0
-        positions = torch.arange(start, start + x.shape[1], device=x.device)
-        cos, sin = rope_cos_sin(positions, self.head_dim, self.rope_theta, x.dtype)
-        for index, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache, index)
-        return self.norm(x)
-
-    def new_cache(self) -> KVCache:
-        return KVCache(len(self.layers))
 
 
 class TalkerModel(Qwen3Stack):

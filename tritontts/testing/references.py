@@ -107,3 +107,20 @@ def qwen_tts_module(name: str):
     }
     with _package_module("qwen_tts", ("inference",), name, stand_ins) as module:
         yield module
+
+
+@contextmanager
+def omnivoice_module(name: str):
+    """Import one module of omnivoice 0.2.1 (the OmniVoice reference; setup unpacks it into
+    .venv/reference) without its package __init__ (which imports the CLI and training code).
+    Stood in for while importing: torchaudio (resampling of files; tests pass 24 kHz audio)
+    and pydub (silence trimming, which parity tests switch off). Removed afterwards."""
+    import transformers  # noqa: F401 - before the torchaudio stand-in: transformers probes it
+    import transformers.audio_utils  # noqa: F401
+    from transformers import HiggsAudioV2TokenizerModel  # noqa: F401 - resolved before the stand-in
+
+    silence = {"detect_leading_silence": None, "detect_nonsilent": None, "split_on_silence": None}
+    stand_ins = {"torchaudio": {}, "pydub": {"AudioSegment": type("AudioSegment", (), {})},
+                 "pydub.silence": silence}
+    with _package_module("omnivoice", ("models", "utils"), name, stand_ins) as module:
+        yield module

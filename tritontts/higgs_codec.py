@@ -1,0 +1,551 @@
+"""The higgs-audio v2 codec: 8 codebooks x 1024 codes at 25 frames/s <-> 24 kHz audio.
+
+OmniVoice (and higgs-audio v2) keep it in `audio_tokenizer/`, laid out as the Hugging Face
+repo eustlb/higgs-audio-v2-tokenizer: config.json (model_type higgs_audio_v2_tokenizer,
+with nested `acoustic_model_config` (DAC) and `semantic_model_config` (HuBERT)),
+model.safetensors and preprocessor_config.json.
+
+Decoding (ours, `HiggsCodecDecoder`):
+
+  codes [B, 8, T]
+    --RVQ: per codebook, embedding row then project_out (codebook_dim -> hidden), summed
+                                                              [B, T, 1024]
+    --fc2 (hidden -> acoustic latent)                        [B, T, 256]
+    --DAC decoder: conv k7, per upsampling ratio (8, 5, 4, 2, 3) Snake + transposed conv
+      (kernel 2r, output_padding r % 2 so every block is exactly r times longer) + residual
+      units (dilations 1, 3, 9), Snake, conv k7 to 1 channel; no tanh
+  audio [B, T * 960]
+
+Module and parameter names are the checkpoint's, prefix kept (`quantizer.quantizers.0.
+codebook.embed`, `fc2.weight`, `acoustic_decoder.block.0.conv_t1.weight`, ...), so the
+decoder's tensors load strictly and the encoder's (project_in, the EMA training buffers,
+acoustic_encoder, semantic_model, ...) are never read.
+
+Encoding (`HiggsCodecEncoder`) wraps transformers' HiggsAudioV2TokenizerModel (HuBERT +
+DAC encoder + RVQ search), loaded from the local folder only.
+
+Triton-free: torch, transformers and safetensors only.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import math
+import re
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .checkpoint import CheckpointError, load_strict, require_dir, require_files
+
+__all__ = [
+    "HiggsCodecConfig", "HiggsCodecDecoder", "HiggsCodecEncoder", "load_codec_decoder",
+    "decoder_graph", "write_random_codec", "resample",
+    "CONFIG_FILE", "WEIGHTS_FILE", "PREPROCESSOR_FILE", "MODEL_TYPE",
+]
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+PREPROCESSOR_FILE = "preprocessor_config.json"
+MODEL_TYPE = "higgs_audio_v2_tokenizer"
+_WHAT = "higgs-audio v2 codec"
+
+# Defaults of transformers' HiggsAudioV2TokenizerConfig (5.19), applied as it applies them:
+# top-level keys the file omits, and acoustic keys merged under the file's own.
+_DEFAULTS = {"sample_rate": 24000, "codebook_size": 1024, "codebook_dim": 64,
+             "target_bandwidths": [0.5, 1, 1.5, 2, 4]}
+_ACOUSTIC_DEFAULTS = {"encoder_hidden_size": 64, "downsampling_ratios": [8, 5, 4, 2],
+                      "decoder_hidden_size": 1024, "upsampling_ratios": [8, 5, 4, 2],
+                      "hidden_size": 256}
+_SEMANTIC_HIDDEN_DEFAULT = 768      # HubertConfig's hidden_size
+
+
+# --- config ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HiggsCodecConfig:
+    """What the decode path needs from config.json."""
+    sample_rate: int
+    codebook_size: int
+    codebook_dim: int
+    num_quantizers: int
+    semantic_hidden_size: int
+    acoustic_hidden_size: int
+    decoder_hidden_size: int
+    upsampling_ratios: tuple[int, ...]
+    hop_length: int                     # product of the encoder's downsampling ratios
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of the RVQ space: acoustic latent + semantic features side by side."""
+        return self.acoustic_hidden_size + self.semantic_hidden_size
+
+    @property
+    def samples_per_frame(self) -> int:
+        return math.prod(self.upsampling_ratios)
+
+    @property
+    def frame_rate(self) -> float:
+        return self.sample_rate / self.samples_per_frame
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "HiggsCodecConfig":
+        """From config.json's mapping, interpreted as transformers interprets it (its
+        defaults; num_quantizers from the largest target bandwidth). ValueError if the
+        decoder could not produce hop_length samples per frame."""
+        model_type = raw.get("model_type", MODEL_TYPE)
+        if model_type != MODEL_TYPE:
+            raise ValueError(f"model_type {model_type!r}, expected {MODEL_TYPE!r}")
+        top = {**_DEFAULTS, **{k: raw[k] for k in _DEFAULTS if raw.get(k) is not None}}
+        acoustic = raw.get("acoustic_model_config") or {}
+        semantic = raw.get("semantic_model_config") or {}
+        if not isinstance(acoustic, Mapping) or not isinstance(semantic, Mapping):
+            raise ValueError("acoustic_model_config and semantic_model_config must be objects")
+        acoustic = {**_ACOUSTIC_DEFAULTS, **acoustic}
+        down = tuple(int(r) for r in acoustic["downsampling_ratios"])
+        up = tuple(int(r) for r in acoustic["upsampling_ratios"])
+        hop = math.prod(down)
+        if math.prod(up) != hop:
+            raise ValueError(f"upsampling_ratios {list(up)} give {math.prod(up)} samples per "
+                             f"frame but the encoder's hop is {hop} ({list(down)})")
+        decoder_hidden = int(acoustic["decoder_hidden_size"])
+        if decoder_hidden % 2 ** len(up):
+            raise ValueError(f"decoder_hidden_size {decoder_hidden} does not halve {len(up)} times")
+        codebook_size = int(top["codebook_size"])
+        # transformers: 1000 * max bandwidth // (frame rate * bits per code)
+        frame_rate = math.ceil(int(top["sample_rate"]) / hop)
+        bits = math.ceil(math.log2(codebook_size))
+        quantizers = int(1000 * float(top["target_bandwidths"][-1]) // (frame_rate * bits))
+        if quantizers < 1:
+            raise ValueError(f"target_bandwidths {top['target_bandwidths']} give no codebook")
+        return cls(sample_rate=int(top["sample_rate"]), codebook_size=codebook_size,
+                   codebook_dim=int(top["codebook_dim"]), num_quantizers=quantizers,
+                   semantic_hidden_size=int(semantic.get("hidden_size", _SEMANTIC_HIDDEN_DEFAULT)),
+                   acoustic_hidden_size=int(acoustic["hidden_size"]),
+                   decoder_hidden_size=decoder_hidden, upsampling_ratios=up, hop_length=hop)
+
+
+# --- decoder -----------------------------------------------------------------------------
+
+class Snake(nn.Module):
+    """x + sin^2(alpha x) / alpha per channel (DAC's Snake1d)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.ones(1, channels, 1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        # The 1e-9 guard and reciprocal-then-multiply order are DAC's, to match it closely.
+        return x + (self.alpha + 1e-9).reciprocal() * torch.sin(self.alpha * x).pow(2)
+
+
+class ResidualUnit(nn.Module):
+    def __init__(self, channels: int, dilation: int) -> None:
+        super().__init__()
+        self.snake1 = Snake(channels)
+        self.conv1 = nn.Conv1d(channels, channels, 7, dilation=dilation, padding=3 * dilation)
+        self.snake2 = Snake(channels)
+        self.conv2 = nn.Conv1d(channels, channels, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        # Both convs keep the length, so DAC's crop of the skip path never applies.
+        return x + self.conv2(self.snake2(self.conv1(self.snake1(x))))
+
+
+class DecoderBlock(nn.Module):
+    """Halves the channels and upsamples by `stride`."""
+
+    def __init__(self, in_channels: int, stride: int) -> None:
+        super().__init__()
+        out_channels = in_channels // 2
+        self.snake1 = Snake(in_channels)
+        # (T-1)s - 2ceil(s/2) + 2s + s%2 = T*s exactly: higgs adds output_padding s % 2,
+        # which DAC lacks, so odd strides (the released 5 and 3) do not lose a sample.
+        self.conv_t1 = nn.ConvTranspose1d(in_channels, out_channels, 2 * stride, stride=stride,
+                                          padding=math.ceil(stride / 2),
+                                          output_padding=stride % 2)
+        self.res_unit1 = ResidualUnit(out_channels, 1)
+        self.res_unit2 = ResidualUnit(out_channels, 3)
+        self.res_unit3 = ResidualUnit(out_channels, 9)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.conv_t1(self.snake1(x))
+        return self.res_unit3(self.res_unit2(self.res_unit1(x)))
+
+
+class AcousticDecoder(nn.Module):
+    def __init__(self, cfg: HiggsCodecConfig) -> None:
+        super().__init__()
+        width = cfg.decoder_hidden_size
+        self.conv1 = nn.Conv1d(cfg.acoustic_hidden_size, width, 7, padding=3)
+        self.block = nn.ModuleList(DecoderBlock(width // 2 ** i, r)
+                                   for i, r in enumerate(cfg.upsampling_ratios))
+        out = width // 2 ** len(cfg.upsampling_ratios)
+        self.snake1 = Snake(out)
+        self.conv2 = nn.Conv1d(out, 1, 7, padding=3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.conv1(x)
+        for block in self.block:
+            x = block(x)
+        return self.conv2(self.snake1(x))      # no tanh: higgs removed DAC's
+
+
+class _Codebook(nn.Module):
+    def __init__(self, entries: int, dim: int) -> None:
+        super().__init__()
+        self.embed = nn.Parameter(torch.zeros(entries, dim))
+
+
+class _CodebookDecoder(nn.Module):
+    """One RVQ level's decode half: vector lookup, then project_out to the hidden width."""
+
+    def __init__(self, cfg: HiggsCodecConfig) -> None:
+        super().__init__()
+        self.codebook = _Codebook(cfg.codebook_size, cfg.codebook_dim)
+        self.project_out = nn.Linear(cfg.codebook_dim, cfg.hidden_size)
+
+    def forward(self, codes: Tensor) -> Tensor:          # [B, T] -> [B, T, hidden]
+        return self.project_out(F.embedding(codes, self.codebook.embed))
+
+
+class _ResidualQuantizer(nn.Module):
+    def __init__(self, cfg: HiggsCodecConfig) -> None:
+        super().__init__()
+        self.quantizers = nn.ModuleList(_CodebookDecoder(cfg) for _ in range(cfg.num_quantizers))
+
+    def forward(self, codes: Tensor) -> Tensor:          # [B, Q, T] -> [B, T, hidden]
+        total = self.quantizers[0](codes[:, 0])
+        for q, level in enumerate(self.quantizers[1:], start=1):
+            total = total + level(codes[:, q])
+        return total
+
+
+class HiggsCodecDecoder(nn.Module):
+    """codes [B, num_quantizers, T] (int64, each in [0, codebook_size)) -> audio
+    [B, T * samples_per_frame] float at cfg.sample_rate. State-dict keys are the
+    checkpoint's own (prefixes quantizer., fc2., acoustic_decoder. kept)."""
+
+    def __init__(self, cfg: HiggsCodecConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.quantizer = _ResidualQuantizer(cfg)
+        self.fc2 = nn.Linear(cfg.hidden_size, cfg.acoustic_hidden_size)
+        self.acoustic_decoder = AcousticDecoder(cfg)
+
+    def forward(self, codes: Tensor) -> Tensor:
+        latent = self.fc2(self.quantizer(codes)).transpose(1, 2)      # [B, acoustic, T]
+        return self.acoustic_decoder(latent).squeeze(1)
+
+
+# --- checkpoint --------------------------------------------------------------------------
+
+def _read_json(path: Path) -> dict:
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    return raw
+
+
+def _read_config(path: Path) -> HiggsCodecConfig:
+    raw = _read_json(path)
+    try:
+        return HiggsCodecConfig.from_dict(raw)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise CheckpointError(f"{path}: {type(exc).__name__}: {exc}") from None
+
+
+_DECODER_KEY = re.compile(r"(acoustic_decoder|fc2)\.|quantizer\.quantizers\.\d+\.(codebook\.embed$|project_out\.)")
+# Weight norm as torch.nn.utils.parametrizations stores it, and as the older hook does.
+_NORM_PAIRS = ((".parametrizations.weight.original0", ".parametrizations.weight.original1"),
+               (".weight_g", ".weight_v"))
+
+
+def _fold_weight_norm(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Replace each weight-norm (g, v) pair by the weight g * v / ||v||, the norm taken over
+    the dims where g has size 1 (weight_norm's `dim` is the one g keeps)."""
+    out = dict(tensors)
+    for g_suffix, v_suffix in _NORM_PAIRS:
+        for g_key in [k for k in out if k.endswith(g_suffix)]:
+            stem = g_key[:-len(g_suffix)]
+            v_key = stem + v_suffix
+            if v_key not in out:
+                continue        # left unmatched: load_strict names it as unexpected
+            g, v = out.pop(g_key).float(), out.pop(v_key).float()
+            dims = [d for d in range(v.ndim) if g.ndim != v.ndim or g.shape[d] == 1]
+            out[stem + ".weight"] = v * (g / v.norm(dim=dims, keepdim=True))
+    return out
+
+
+def _read_decoder_weights(path: Path) -> dict[str, Tensor]:
+    """The decode path's tensors in float32, weight norm folded; nothing else is read."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            tensors = {k: f.get_tensor(k).float() for k in f.keys() if _DECODER_KEY.match(k)}
+    except (OSError, SafetensorError) as exc:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+    if not tensors:
+        raise CheckpointError(f"{path}: no decoder tensors (quantizer.*, fc2.*, acoustic_decoder.*)")
+    return _fold_weight_norm(tensors)
+
+
+def load_codec_decoder(codec_dir: str | Path, device: str | torch.device = "cpu") -> HiggsCodecDecoder:
+    """The decoder from an audio_tokenizer/ folder, fp32, eval mode, on `device`. A missing
+    or malformed file, and any missing, extra or wrongly shaped decoder tensor, raise
+    CheckpointError naming the file."""
+    root = require_dir(codec_dir, _WHAT)
+    require_files(root, (CONFIG_FILE, WEIGHTS_FILE), _WHAT)
+    cfg = _read_config(root / CONFIG_FILE)
+    weights = _read_decoder_weights(root / WEIGHTS_FILE)
+    module = HiggsCodecDecoder(cfg)
+    load_strict(module, weights, f"{root / WEIGHTS_FILE} (decoder tensors)")
+    return module.to(device=device, dtype=torch.float32).eval()
+
+
+def decoder_graph(decoder: HiggsCodecDecoder, max_batch: int = 8, max_frames: int = 1500):
+    """The decoder as a tritontts.runtime Graph: codes int64 (batch, Q, frames) -> audio
+    float32 (batch, frames * samples_per_frame), for onnxruntime / TensorRT."""
+    from .runtime import Axis, Graph, TensorSpec
+
+    cfg = decoder.cfg
+    return Graph(
+        name="higgs_codec_decoder", module=decoder,
+        inputs=(TensorSpec("codes", torch.int64, ("batch", cfg.num_quantizers, "frames"),
+                           high=cfg.codebook_size),),
+        outputs=("audio",),
+        # opt: 10 s, a typical OmniVoice utterance (it decodes whole utterances).
+        axes={"batch": Axis(1, 1, max_batch), "frames": Axis(1, min(250, max_frames), max_frames)},
+        output_axes={"audio": {0: "batch", 1: "samples"}})
+
+
+# --- resampling (for the encoder's HuBERT at 16 kHz) -------------------------------------
+
+def resample(waveform: Tensor, orig_freq: int, new_freq: int, lowpass_filter_width: int = 6,
+             rolloff: float = 0.99, resampling_method: str = "sinc_interp_hann",
+             beta: float | None = None) -> Tensor:
+    """Band-limited sinc resampling along the last axis, the method and defaults of
+    torchaudio.functional.resample (Hann-windowed sinc, 6 zero crossings, roll-off 0.99),
+    which transformers' tokenizer calls and which cannot be installed beside this torch.
+
+    Output j is sum_i x[i] h(i/orig - j/new), h a low-pass at rolloff * min(orig, new)/2
+    (in rates reduced by their gcd). The filter for j + new is that of j shifted by orig
+    inputs, so all `new` phases run as one strided conv with `new` output channels."""
+    if resampling_method != "sinc_interp_hann" or beta is not None:
+        raise ValueError(f"only sinc_interp_hann resampling is implemented, not {resampling_method!r}")
+    if orig_freq == new_freq:
+        return waveform
+    gcd = math.gcd(int(orig_freq), int(new_freq))
+    orig, new = int(orig_freq) // gcd, int(new_freq) // gcd
+    cutoff = min(orig, new) * rolloff
+    width = math.ceil(lowpass_filter_width * orig / cutoff)      # taps each side, in inputs
+    dtype = waveform.dtype
+    # Computed in the waveform's dtype, as torchaudio does, so the filters agree bit for bit.
+    taps = torch.arange(-width, width + orig, dtype=dtype, device=waveform.device) / orig
+    phases = torch.arange(0, -new, -1, dtype=dtype, device=waveform.device) / new
+    t = ((phases[:, None] + taps[None, :]) * cutoff).clamp(-lowpass_filter_width, lowpass_filter_width)
+    window = torch.cos(t * math.pi / lowpass_filter_width / 2) ** 2
+    t = t * math.pi
+    sinc = torch.where(t == 0, torch.ones_like(t), torch.sin(t) / t)
+    kernel = (sinc * (window * (cutoff / orig)))[:, None, :]        # [new, 1, taps]
+    shape = waveform.shape
+    flat = waveform.reshape(-1, shape[-1])
+    padded = F.pad(flat, (width, width + orig))
+    out = F.conv1d(padded[:, None], kernel, stride=orig)            # [N, new, steps]
+    out = out.transpose(1, 2).reshape(flat.shape[0], -1)[:, :math.ceil(new * shape[-1] / orig)]
+    return out.reshape(*shape[:-1], out.shape[-1])
+
+
+_TORCHAUDIO_SHIM = types.ModuleType("torchaudio")
+_TORCHAUDIO_SHIM.functional = types.ModuleType("torchaudio.functional")
+_TORCHAUDIO_SHIM.functional.resample = resample
+_TOKENIZER_MODULE = "transformers.models.higgs_audio_v2_tokenizer.modeling_higgs_audio_v2_tokenizer"
+
+
+def _tokenizer_module():
+    """transformers' higgs tokenizer modeling module. It imports torchaudio (only for
+    resample), which is absent here: then our `resample` stands in for it while the module
+    imports, and is bound as the module's `torchaudio` from then on. A real torchaudio,
+    when present, is used."""
+    importlib.import_module("transformers")     # it probes for torchaudio: before any stand-in
+
+    module = sys.modules.get(_TOKENIZER_MODULE)
+    if module is None and ("torchaudio" in sys.modules
+                           or importlib.util.find_spec("torchaudio") is not None):
+        try:
+            module = importlib.import_module(_TOKENIZER_MODULE)
+        except (ImportError, OSError):      # a torchaudio built for another torch
+            module = None
+    if module is None:
+        saved = sys.modules.get("torchaudio")
+        sys.modules["torchaudio"] = _TORCHAUDIO_SHIM
+        try:
+            module = importlib.import_module(_TOKENIZER_MODULE)
+        finally:
+            if saved is None:
+                sys.modules.pop("torchaudio", None)
+            else:
+                sys.modules["torchaudio"] = saved
+    # An empty stand-in (another importer's) has no resample: ours replaces it.
+    if not callable(getattr(getattr(module.torchaudio, "functional", None), "resample", None)):
+        module.torchaudio = _TORCHAUDIO_SHIM
+    return module
+
+
+def _tokenizer_classes():
+    from transformers.models.higgs_audio_v2_tokenizer.configuration_higgs_audio_v2_tokenizer import (
+        HiggsAudioV2TokenizerConfig)
+
+    return _tokenizer_module().HiggsAudioV2TokenizerModel, HiggsAudioV2TokenizerConfig
+
+
+# --- encoder -----------------------------------------------------------------------------
+
+class HiggsCodecEncoder:
+    """Reference audio -> codes, for voice cloning: transformers' HiggsAudioV2TokenizerModel
+    loaded once from the local folder (never downloaded), the decode-only parts dropped."""
+
+    def __init__(self, codec_dir: str | Path, device: str | torch.device = "cpu") -> None:
+        root = require_dir(codec_dir, _WHAT)
+        require_files(root, (CONFIG_FILE, WEIGHTS_FILE), _WHAT)
+        self.cfg = _read_config(root / CONFIG_FILE)
+        model_class, _ = _tokenizer_classes()
+        try:
+            model = model_class.from_pretrained(str(root), local_files_only=True)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(f"{root}: transformers cannot load the codec ({exc})") from None
+        # encode() never touches these; dropping them frees the decoder's memory.
+        for name in ("acoustic_decoder", "decoder_semantic", "fc1", "fc2"):
+            setattr(model, name, nn.Identity())
+        self.model = model.to(device=device, dtype=torch.float32).eval()
+        self.device = torch.device(device)
+        self.hop_length = self.cfg.hop_length
+        self.sample_rate = self.cfg.sample_rate
+
+    @torch.inference_mode()
+    def encode(self, audio: np.ndarray) -> np.ndarray:
+        """float32 mono audio at sample_rate (24 kHz) -> codes int64 [num_quantizers, T],
+        T = len(audio) // hop_length: the audio is first cut to whole frames."""
+        audio = np.asarray(audio, dtype=np.float32)
+        if audio.ndim != 1:
+            raise ValueError(f"expected mono audio of shape [samples], got {audio.shape}")
+        usable = len(audio) // self.hop_length * self.hop_length
+        if usable == 0:
+            raise ValueError(f"reference audio of {len(audio)} samples is shorter than one "
+                             f"codec frame ({self.hop_length} samples)")
+        x = torch.from_numpy(np.ascontiguousarray(audio[:usable])).to(self.device)[None, None]
+        codes = self.model.encode(x, return_dict=False)
+        return codes[0].to(device="cpu", dtype=torch.int64).numpy()
+
+
+# --- random checkpoints (tests, benchmarks) ----------------------------------------------
+
+def _codec_config_dict(size: str) -> dict:
+    """config.json for `size`. Both keep the released rates: 24 kHz, ratios 8*5*4*2*3 = 960
+    samples per frame (25 frames/s), 8 codebooks of 1024 (target bandwidth 2 kbps)."""
+    ratios = [8, 5, 4, 2, 3]
+    common = {"architectures": ["HiggsAudioV2TokenizerModel"], "model_type": MODEL_TYPE,
+              "sample_rate": 24000, "codebook_size": 1024, "downsample_factor": 320,
+              "semantic_sample_rate": 16000, "kernel_size": 3, "unit_kernel_size": 3,
+              "strides": [1, 1], "channel_ratios": [1, 1], "block_dilations": [1, 1],
+              "target_bandwidths": [0.5, 1, 1.5, 2], "initializer_range": 0.02}
+    hubert = {"model_type": "hubert", "conv_kernel": [10, 3, 3, 3, 3, 2, 2],
+              "conv_stride": [5, 2, 2, 2, 2, 2, 2], "layer_norm_eps": 1e-5}
+    if size == "released":
+        # As the released audio_tokenizer/config.json sets them (transformers' own defaults
+        # differ: 4 ratios (hop 320) and a 4 kbps bandwidth, i.e. 16 codebooks).
+        return {**common, "codebook_dim": 64,
+                "acoustic_model_config": {"model_type": "dac", "encoder_hidden_size": 64,
+                                          "decoder_hidden_size": 1024, "hidden_size": 256,
+                                          "downsampling_ratios": ratios, "upsampling_ratios": ratios},
+                "semantic_model_config": {**hubert, "hidden_size": 768, "intermediate_size": 3072,
+                                          "num_hidden_layers": 12, "num_attention_heads": 12,
+                                          "conv_dim": [512] * 7, "num_conv_pos_embeddings": 128,
+                                          "num_conv_pos_embedding_groups": 16}}
+    if size == "tiny":
+        return {**common, "codebook_dim": 16,
+                "acoustic_model_config": {"model_type": "dac", "encoder_hidden_size": 4,
+                                          "decoder_hidden_size": 128, "hidden_size": 16,
+                                          "downsampling_ratios": ratios, "upsampling_ratios": ratios},
+                "semantic_model_config": {**hubert, "hidden_size": 32, "intermediate_size": 64,
+                                          "num_hidden_layers": 1, "num_attention_heads": 2,
+                                          "conv_dim": [16] * 7, "num_conv_pos_embeddings": 16,
+                                          "num_conv_pos_embedding_groups": 4}}
+    raise ValueError(f"size must be 'tiny' or 'released', not {size!r}")
+
+
+_PREPROCESSOR = {"feature_extractor_type": "DacFeatureExtractor", "feature_size": 1,
+                 "hop_length": 960, "padding_side": "right", "padding_value": 0.0,
+                 "return_attention_mask": True, "sampling_rate": 24000}
+
+
+def _random_tensor(key: str, shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
+    randn = lambda *s: torch.randn(s, generator=generator)       # noqa: E731
+    if key.endswith(".alpha"):                       # Snake frequencies: positive, near 1
+        return 0.5 + torch.rand(shape, generator=generator)
+    if key.endswith(("codebook.inited", "codebook.cluster_size")):
+        return torch.ones(shape)
+    if key.endswith("codebook.embed"):               # distinct unit-scale vectors
+        return randn(*shape)
+    if key.endswith("parametrizations.weight.original0"):
+        return 0.5 + torch.rand(shape, generator=generator)
+    if len(shape) == 1:                              # biases, norm gains/offsets
+        base = 1.0 if re.search(r"(norm|layer_norm)\.weight$", key) else 0.0
+        return base + 0.05 * randn(*shape)
+    # Weights: unit gain over the fan-in (every dim but the first) keeps activations at a
+    # similar scale through the stack; conv_t1 is [in, out, k] but the same rule serves.
+    fan_in = math.prod(shape[1:])
+    gain = 0.5 if re.search(r"res_unit\d\.conv2|res_units\.\d+\.conv2", key) else 1.0
+    return randn(*shape) * (gain / math.sqrt(fan_in))
+
+
+def write_random_codec(out_dir: str | Path, size: str = "tiny", seed: int = 0) -> Path:
+    """A codec folder (config.json, model.safetensors, preprocessor_config.json) with seeded
+    random weights that transformers' HiggsAudioV2TokenizerModel and load_codec_decoder
+    both load. size "tiny" (small widths, 1-layer HuBERT: tests) or "released" (the
+    released widths: benchmarks). Returns the folder."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    config = _codec_config_dict(size)
+    model_class, config_class = _tokenizer_classes()
+    # The key set and shapes are transformers' own, taken from a weightless instance.
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in
+                  model_class(config_class(**json.loads(json.dumps(config)))).state_dict().items()}
+    generator = torch.Generator().manual_seed(seed)
+    tensors = {k: _random_tensor(k, shape, generator) for k, shape in shapes.items()}
+    for key in [k for k in tensors if k.endswith("codebook.embed_avg")]:
+        tensors[key] = tensors[key[:-len("_avg")]].clone()
+    _calibrate_output(tensors, HiggsCodecConfig.from_dict(config), generator)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    (out / PREPROCESSOR_FILE).write_text(json.dumps(_PREPROCESSOR, indent=2) + "\n")
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / WEIGHTS_FILE),
+              metadata={"format": "pt"})
+    return out
+
+
+@torch.no_grad()
+def _calibrate_output(tensors: dict[str, Tensor], cfg: HiggsCodecConfig,
+                      generator: torch.Generator, peak: float = 0.5) -> None:
+    """Scale the last conv so random codes decode to audio peaking near `peak`: random
+    residual stacks otherwise end anywhere between silence and thousands."""
+    decoder = HiggsCodecDecoder(cfg)
+    decoder.load_state_dict({k: tensors[k] for k in decoder.state_dict()})
+    codes = torch.randint(0, cfg.codebook_size, (1, cfg.num_quantizers, 8), generator=generator)
+    scale = peak / float(decoder(codes).abs().max().clamp_min(1e-12))
+    for key in ("acoustic_decoder.conv2.weight", "acoustic_decoder.conv2.bias"):
+        tensors[key] = tensors[key] * scale

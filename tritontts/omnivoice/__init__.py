@@ -1,0 +1,1 @@
+"""OmniVoice: bidirectional iterative-unmasking TTS (k2-fsa) served as Triton stages."""
