@@ -170,3 +170,30 @@ def test_one_batch_with_two_step_counts_is_refused(checkpoint, tokenizer, ours):
             for s in (4, 8)]
     with pytest.raises(ValueError, match="num_steps"):
         unmask(ours, jobs)
+
+
+def test_the_step_network_on_onnxruntime_matches_pytorch_and_gives_the_same_codes(
+        checkpoint, tokenizer, ours, tmp_path, monkeypatch):
+    """The generator's step exported (build/export.py, a GPU profile's TensorRT) computes
+    the same logits, and with them the same codes."""
+    pytest.importorskip("onnxruntime")
+    from tritontts.omnivoice.generator import logits_graph
+    from tritontts.runtime import compare, select_runner
+
+    monkeypatch.setenv("TRITONTTS_CACHE", str(tmp_path))
+    graph = logits_graph(ours, max_tokens=1024)
+    runner = select_runner(graph, "onnxruntime")
+    assert runner.runtime == "onnxruntime"
+    for tokens in (1, 77, 300):
+        diff, peak = compare(graph, runner, {"tokens": tokens})
+        assert diff <= TOLERANCE, (tokens, diff, peak)
+    case, ref_codes = _case("clone")
+    seq = _sequence(checkpoint, tokenizer, TEXT, 20, ref_codes=ref_codes, **case)
+    job = UnmaskJob(torch.from_numpy(seq.ids), seq.audio_start, 20, 5, UnmaskSettings(num_steps=8))
+    eager = unmask(ours, [job])[0]
+    ours.logits_runner = runner
+    try:
+        exported = unmask(ours, [job])[0]
+    finally:
+        ours.logits_runner = None
+    assert torch.equal(eager, exported)

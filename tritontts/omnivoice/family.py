@@ -24,8 +24,10 @@ def _write_random_checkpoint(out: Path, seed: int = 0, size: str = "tiny") -> Pa
 
 def _export_graphs(path: Path) -> list:
     from ..higgs_codec import decoder_graph, load_codec_decoder
+    from .generator import load_generator, logits_graph
 
-    return [decoder_graph(load_codec_decoder(_open(path).codec_dir))]
+    checkpoint = _open(path)
+    return [logits_graph(load_generator(checkpoint)), decoder_graph(load_codec_decoder(checkpoint.codec_dir))]
 
 
 FAMILY = Family(

@@ -57,6 +57,14 @@ class OmniVoiceGenerator(nn.Module):
         self.audio_embeddings = nn.Embedding(codebooks * vocab, hidden)
         self.audio_heads = nn.Linear(hidden, codebooks * vocab, bias=False)
         self.register_buffer("codebook_offsets", torch.arange(codebooks) * vocab, persistent=False)
+        # Where `logits` runs when not in PyTorch (tritontts.runtime: onnxruntime, TensorRT),
+        # set by the stage from logits_graph.
+        self.logits_runner = None
+
+    def step_logits(self, ids: Tensor, audio: Tensor, sequence: Tensor, positions: Tensor) -> Tensor:
+        if self.logits_runner is not None:
+            return self.logits_runner(ids, audio, sequence, positions)[0]
+        return self.logits(ids, audio, sequence, positions)
 
     def logits(self, ids: Tensor, audio: Tensor, sequence: Tensor, positions: Tensor) -> Tensor:
         """Packed sequences -> audio logits [C, N, V] (float32).
@@ -73,6 +81,23 @@ class OmniVoiceGenerator(nn.Module):
         hidden = self.llm(embeds[None], mask=mask, positions=positions)[0]
         n = ids.shape[1]
         return self.audio_heads(hidden).float().view(n, self.config.num_audio_codebook, -1).transpose(0, 1)
+
+
+def logits_graph(model: OmniVoiceGenerator, max_tokens: int = 8192):
+    """One unmasking step's network as a tritontts.runtime Graph: packed tokens of a batch
+    (a one-sentence request with guidance is ~200 of them; opt 512 is two to three)."""
+    from ..runtime import Axis, Graph, Method, TensorSpec
+
+    cfg = model.config
+    return Graph(
+        name="omnivoice_generator_logits", module=Method(model, "logits"),
+        inputs=(TensorSpec("ids", torch.int64, (cfg.num_audio_codebook, "tokens"), high=cfg.audio_vocab_size),
+                TensorSpec("audio", torch.bool, ("tokens",)),
+                TensorSpec("sequence", torch.int64, ("tokens",), high=4),
+                TensorSpec("positions", torch.int64, ("tokens",), high=512)),
+        outputs=("logits",),
+        axes={"tokens": Axis(1, min(512, max_tokens), max_tokens)},
+        output_axes={"logits": {1: "tokens"}})
 
 
 def load_generator(checkpoint: OmniVoiceCheckpoint, device: torch.device | str = "cpu",
@@ -189,7 +214,7 @@ def unmask(model: OmniVoiceGenerator, jobs: list[UnmaskJob], cancelled=lambda: F
     for step in range(steps):
         if cancelled():
             raise InterruptedError("cancelled")
-        logits = model.logits(packed.ids, packed.audio, packed.sequence, packed.positions)
+        logits = model.step_logits(packed.ids, packed.audio, packed.sequence, packed.positions)
         for index, job in enumerate(jobs):
             count = schedules[index][step]
             if count <= 0:

@@ -193,12 +193,14 @@ class OmniVoiceGeneratorStage(Stage):
     last segment (one instance, so every segment of a stream comes here)."""
 
     def __init__(self, context: StageContext, checkpoint: OmniVoiceCheckpoint | None = None):
-        from .generator import load_generator
+        from ..runtime import stage_runner
+        from .generator import load_generator, logits_graph
 
         super().__init__(context)
         torch.set_num_threads(context.int_parameter("torch_threads", 1))
         checkpoint = checkpoint or served_checkpoint(context)
         self.model = load_generator(checkpoint, context.device)
+        self.model.logits_runner = stage_runner(logits_graph(self.model), context)
         self.first_codes = _LRU(1024)
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
