@@ -165,6 +165,78 @@ def test_a_failure_mid_stream_ends_the_stream_with_an_error(sentences):
     assert request.sender.flags[-1] == FINAL and "boom" in responses[-1].error().message()
 
 
+class Segments(StreamingStage):
+    """Marks its last chunk final itself (as OmniVoice's prompt stage does) and stores a
+    voice when asked for voice_features alone."""
+
+    def run(self, inputs):
+        words = inputs.scalar("text").split()
+        for i, word in enumerate(words):
+            yield {"word": word, "stream_id": 5, "is_final": i == len(words) - 1}
+
+    def encode_voice(self, inputs):
+        return b"features:" + inputs.scalar("text").encode()
+
+
+@pytest.fixture
+def segments(tmp_path):
+    with fake_pb_utils():
+        yield load(write_config(
+            tmp_path, "Segments", decoupled=True,
+            inputs='{ name: "text" data_type: TYPE_STRING dims: [ 1 ] }',
+            outputs='{ name: "word" data_type: TYPE_STRING dims: [ 1 ] }, '
+                    '{ name: "voice_features" data_type: TYPE_STRING dims: [ 1 ] }, ' + META_OUT))
+
+
+def test_a_stream_that_marks_its_own_final_chunk_sends_nothing_after_it(segments):
+    """Every request of a batch is streamed: nothing is sent after a stage's own final
+    chunk (Triton's sender is closed by then, and the raise would fail the batch's other
+    requests)."""
+    requests = [FakeRequest({"text": "one two"}), FakeRequest({"text": "three"})]
+    assert segments.execute(requests) is None
+    for request, words in zip(requests, ([b"one", b"two"], [b"three"])):
+        assert [r.output("word")[0, 0] for r in request.sender.responses] == words
+        assert request.sender.flags[-1] == FINAL and not any(r.has_error() for r in request.sender.responses)
+
+
+def test_a_decoupled_stage_asked_for_voice_features_alone_answers_once(segments):
+    request = FakeRequest({"text": "ref"}, requested=["voice_features"])
+    segments.execute([request])
+    [(response, flags, _)] = request.sender.sent
+    assert flags == FINAL and response.output("voice_features")[0, 0] == b"features:ref"
+
+
+# --- batched one-response stages ------------------------------------------------------------
+
+class BatchSum(Stage):
+    """Adds every request's x to the batch's total: computed together, answered per request."""
+    batches: list[int] = []
+
+    def run_batch(self, batch):
+        BatchSum.batches.append(len(batch))
+        if any(inputs.scalar("x") < 0 for inputs in batch):
+            return [InvalidRequest("x must be >= 0") if inputs.scalar("x") < 0 else
+                    {"y": np.array([inputs.scalar("x")])} for inputs in batch]
+        total = sum(float(inputs.scalar("x")) for inputs in batch)
+        return [{"y": np.array([total])} for _ in batch]
+
+
+def test_run_batch_gets_the_dynamic_batch_at_once_and_errors_stay_per_request(tmp_path):
+    with fake_pb_utils():
+        model = load(write_config(tmp_path, "BatchSum", decoupled=False,
+                                  inputs='{ name: "x" data_type: TYPE_FP64 dims: [ 1 ] }',
+                                  outputs='{ name: "y" data_type: TYPE_FP32 dims: [ 1 ] }'))
+        BatchSum.batches.clear()
+        a, b, cancelled = model.execute([FakeRequest({"x": np.array([1.0])}), FakeRequest({"x": np.array([2.0])}),
+                                         FakeRequest({"x": np.array([5.0])}, cancelled=True)])
+        assert BatchSum.batches == [2]       # the cancelled request never reached the stage
+        assert a.output("y").tolist() == b.output("y").tolist() == [[3.0]]
+        assert cancelled.error().message() == "cancelled"
+        good, bad = model.execute([FakeRequest({"x": np.array([1.0])}), FakeRequest({"x": np.array([-1.0])})])
+        assert good.output("y").tolist() == [[1.0]]
+        assert bad.error().message() == "[invalid_request] x must be >= 0"
+
+
 # --- engine stages ------------------------------------------------------------------------
 
 class Counter(EngineStage):

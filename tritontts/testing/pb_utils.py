@@ -90,6 +90,8 @@ class FakeSender:
         self.done = threading.Event()
 
     def send(self, response=None, flags: int = 0) -> None:
+        if self.done.is_set():   # as Triton's: nothing may follow the final response
+            raise RuntimeError("Unable to send response. Response sender has been closed.")
         self.sent.append((response, flags, threading.current_thread().name))
         if flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
             self.done.set()
