@@ -15,14 +15,19 @@ vLLM-Omni does not run on CPU as shipped; what stands in for it here, and nothin
 - `_TRITON_AVAILABLE` is set False: Triton imports here but has no CPU backend, and the flag
   is the module's own switch to its PyTorch RMSNorm / SwiGLU / add+norm. fused_qkv_norm_rope
   takes its own eager path on CPU tensors (fused_cuda_supported needs CUDA).
-- `vllm_omni.diffusion.data.OmniDiffusionConfig` is an empty placeholder (only read by the
-  CUDA-graph capture plan, which the config switches off with TF32).
-Embeddings, norms, RoPE, MLP, packing, schedule, CFG and the Gumbel noise are theirs.
+- `vllm_omni.diffusion.data.OmniDiffusionConfig` is an empty placeholder (read only by the
+  CUDA-graph capture plan; the config sets enable_cuda_graph and enable_tf32 False).
+Embeddings, norms, fused q/k norm + RoPE, MLP, block mask, schedule, CFG, the unmasking loop
+and the Gumbel noise are theirs; the packed input follows their pipeline_omnivoice.
+
+Measured on this checkpoint: logits max-abs-diff 0.0 (bit-equal; with the shipped bf16 cast
+it is 7.7e-3 against a peak of 1.8, hence the substitution).
 
 Their Gumbel noise is -log(-log(clamp(u, 1e-8))), ours (the omnivoice package's)
--log(-log(u + 1e-10) + 1e-10): from the same uniform draws these differ only for u within
-~1e-7 of 0 or 1, and then by far less than the gaps between the scores that topk compares;
-with logits within ~1e-6 the codes come out equal here.
+-log(-log(u + 1e-10) + 1e-10). On the same float32 draws they differ only where the 1e-10
+can survive rounding (u below ~2e-3 or above ~0.998): in 0.1% of 1e7 draws, by at most 8.4e-4,
+too little to reorder any topk measured. Codes equal exactly: 0 of 29,760 differed over 160
+requests (these three cases under 40 seed sets), so the assertion is strict equality.
 """
 from __future__ import annotations
 
