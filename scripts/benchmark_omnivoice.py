@@ -103,7 +103,10 @@ def serving(checkpoint_dir: Path) -> None:
 
     tmp = REPO / ".cache" / "bench-omnivoice"
     tmp.mkdir(parents=True, exist_ok=True)
-    stack = Stack(tmp, ("omnivoice",), {"omnivoice": checkpoint_dir}).start(timeout=1800)
+    # A segment's audio comes whole after all its unmasking steps: minutes at this size on a
+    # CPU, longer than the front's default 120 s without audio before it calls a stage hung.
+    stack = Stack(tmp, ("omnivoice",), {"omnivoice": checkpoint_dir},
+                  extra_args=("--stall-timeout", "3600")).start(timeout=1800)
 
     def one(k: int, steps: int | None = None):
         start, first, size = time.perf_counter(), None, 0

@@ -102,7 +102,7 @@ def test_logits_match_the_package_forward_within_1e_4(checkpoint, tokenizer, our
     n = ids.shape[1]
     audio = torch.arange(n) >= seq.audio_start
     with torch.no_grad():
-        got = ours.logits(ids, audio, torch.zeros(n, dtype=torch.long), torch.arange(n))
+        got = ours.logits(ids[None], audio[None], torch.zeros(1, n, dtype=torch.long), torch.arange(n)[None])[0]
         expected = model(input_ids=ids[None], audio_mask=audio[None],
                          attention_mask=torch.ones(1, 1, n, n, dtype=torch.bool)).logits[0]
         diff = float((got - expected).abs().max())
@@ -111,7 +111,8 @@ def test_logits_match_the_package_forward_within_1e_4(checkpoint, tokenizer, our
         original = ours.llm.layers[0].mlp.down_proj.weight.clone()
         ours.llm.layers[0].mlp.down_proj.weight.add_(0.05)
         try:
-            perturbed = ours.logits(ids, audio, torch.zeros(n, dtype=torch.long), torch.arange(n))
+            perturbed = ours.logits(ids[None], audio[None], torch.zeros(1, n, dtype=torch.long),
+                                    torch.arange(n)[None])[0]
         finally:
             ours.llm.layers[0].mlp.down_proj.weight.copy_(original)
         assert float((perturbed - expected).abs().max()) > TOLERANCE
@@ -144,9 +145,13 @@ def test_unmasked_codes_equal_the_package_with_the_same_seeded_noise(checkpoint,
     assert not np.array_equal(got, other)
 
 
-def test_batched_jobs_give_each_job_its_single_codes(checkpoint, tokenizer, ours):
+def test_batched_jobs_give_each_job_its_single_codes(checkpoint, tokenizer, ours, monkeypatch):
     """Packing keeps sequences apart and each job draws its own noise: a request's codes do
-    not depend on what it was batched with (guidance on and off, other lengths)."""
+    not depend on what it was batched with (guidance on and off, other lengths; rows small
+    enough that the batch spans several rows, with padding)."""
+    import tritontts.omnivoice.generator as generator
+
+    monkeypatch.setattr(generator, "ROW_TOKENS", 64)
     case, ref_codes = _case("clone")
     a = _sequence(checkpoint, tokenizer, TEXT, 18, ref_codes=ref_codes, **case)
     b = _sequence(checkpoint, tokenizer, "Glue the sheet to the dark blue background.", 27)
@@ -181,12 +186,12 @@ def test_the_step_network_on_onnxruntime_matches_pytorch_and_gives_the_same_code
     from tritontts.runtime import compare, select_runner
 
     monkeypatch.setenv("TRITONTTS_CACHE", str(tmp_path))
-    graph = logits_graph(ours, max_tokens=1024)
+    graph = logits_graph(ours, max_rows=4, max_tokens=1024)
     runner = select_runner(graph, "onnxruntime")
     assert runner.runtime == "onnxruntime"
-    for tokens in (1, 77, 300):
-        diff, peak = compare(graph, runner, {"tokens": tokens})
-        assert diff <= TOLERANCE, (tokens, diff, peak)
+    for rows, tokens in ((1, 1), (1, 77), (3, 300)):
+        diff, peak = compare(graph, runner, {"rows": rows, "tokens": tokens})
+        assert diff <= TOLERANCE, (rows, tokens, diff, peak)
     case, ref_codes = _case("clone")
     seq = _sequence(checkpoint, tokenizer, TEXT, 20, ref_codes=ref_codes, **case)
     job = UnmaskJob(torch.from_numpy(seq.ids), seq.audio_start, 20, 5, UnmaskSettings(num_steps=8))

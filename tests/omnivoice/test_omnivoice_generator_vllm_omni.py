@@ -183,12 +183,12 @@ def _reference_inputs(jobs):
 
 
 def _our_inputs(jobs):
-    """The same packed rows as our logits takes them: ids [C, N], sequence index, positions."""
+    """The same sequences as our logits takes them, in one row: ids [1, C, N], sequence, positions."""
     ids, audio, cond_lens, target_lens = _reference_inputs(jobs)
     lengths = [n for pair in zip(cond_lens, target_lens) for n in pair]
     sequence = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
     positions = torch.cat([torch.arange(n) for n in lengths])
-    return ids.T.contiguous(), audio, sequence, positions
+    return ids.T.contiguous()[None], audio[None], sequence[None], positions[None]
 
 
 def _reference_codes(reference, jobs, seeds):
@@ -211,7 +211,7 @@ def test_packed_logits_match_vllm_omni_step_forward_within_1e_4(checkpoint, toke
         cu_seqs = module._build_cu_seqs(cond_lens, target_lens, ids.device)
         rope = model._rope_table_for(ids.shape[0], ids.device, model.model_dtype)
         expected = model._step_forward(ids, audio, cu_seqs, rope)
-        got = ours.logits(*_our_inputs(jobs))
+        got = ours.logits(*_our_inputs(jobs))[0]
         assert got.shape == expected.shape
         diff = float((got - expected).abs().max())
         assert diff <= TOLERANCE, diff
@@ -220,7 +220,7 @@ def test_packed_logits_match_vllm_omni_step_forward_within_1e_4(checkpoint, toke
         original = weight.clone()
         weight.add_(0.05)
         try:
-            perturbed = ours.logits(*_our_inputs(jobs))
+            perturbed = ours.logits(*_our_inputs(jobs))[0]
         finally:
             weight.copy_(original)
         assert float((perturbed - expected).abs().max()) > TOLERANCE

@@ -7,8 +7,11 @@ codes (audio_embeddings, one table with codebook c at offset c * audio_vocab_siz
 position sees every other position of its own sequence (no causal mask). With classifier-
 free guidance each request also runs an unconditional sequence: its T target frames alone.
 
-Each step runs the backbone over all sequences at once (packed into one row, attention
-kept within each sequence by a block mask, positions restarting at 0), then, per request:
+Each step runs the backbone over all sequences at once, laid out in rows: sequences are
+packed into rows of ROW_TOKENS (or the longest sequence), longest first, attention kept
+within each sequence by a block mask and positions restarting at 0. One row per sequence
+would pad every unconditional sequence to the conditional length; one row for the whole
+batch would make attention quadratic in the batch. Then, per request:
   log p   = log_softmax((1 + g) * cond - g * uncond)  (the mask id never predicted)
   tokens  = argmax log p                               (or top-10% Gumbel sampling)
   score   = max log p - layer_penalty * codebook index + Gumbel(position_temperature)
@@ -36,6 +39,8 @@ from ..checkpoint import load_strict
 from ..qwen3 import Qwen3Stack
 from .checkpoint import OmniVoiceCheckpoint, OmniVoiceConfig, WEIGHTS_FILE
 
+# Rows of the packed layout hold up to this many tokens (more when one sequence is longer).
+ROW_TOKENS = 256
 # The reference ignores codebook_layer_offsets when it is in the file (a derived buffer).
 DERIVED_WEIGHTS = ("codebook_layer_offsets",)
 
@@ -62,42 +67,46 @@ class OmniVoiceGenerator(nn.Module):
         self.logits_runner = None
 
     def step_logits(self, ids: Tensor, audio: Tensor, sequence: Tensor, positions: Tensor) -> Tensor:
+        """`logits`, on the runtime the stage chose."""
         if self.logits_runner is not None:
             return self.logits_runner(ids, audio, sequence, positions)[0]
         return self.logits(ids, audio, sequence, positions)
 
     def logits(self, ids: Tensor, audio: Tensor, sequence: Tensor, positions: Tensor) -> Tensor:
-        """Packed sequences -> audio logits [C, N, V] (float32).
+        """Rows of packed sequences -> audio logits [R, C, W, V] (float32).
 
-        ids [C, N] int64: a text position repeats its token in every row; audio positions
-        hold their 8 codes. audio [N] bool. sequence [N]: which sequence each position is
-        in (attention stays inside it). positions [N]: RoPE positions within it."""
-        text = self.llm.embed_tokens(ids[0])
+        ids [R, C, W] int64: a text position repeats its token in every codebook row; audio
+        positions hold their 8 codes. audio [R, W] bool. sequence [R, W]: which sequence
+        each position is in (attention stays inside it; padding is a sequence of its own).
+        positions [R, W]: RoPE positions within the sequence."""
+        text = self.llm.embed_tokens(ids[:, 0])
         # Text positions look up row offsets only (their product with `audio` is 0) and are
         # replaced below: one gather for all rows, no indexing by mask.
-        codes = ids * audio + self.codebook_offsets[:, None]
-        embeds = torch.where(audio[:, None], self.audio_embeddings(codes).sum(0), text)
-        mask = (sequence[:, None] == sequence[None, :])[None, None]
-        hidden = self.llm(embeds[None], mask=mask, positions=positions)[0]
-        n = ids.shape[1]
-        return self.audio_heads(hidden).float().view(n, self.config.num_audio_codebook, -1).transpose(0, 1)
+        codes = ids * audio[:, None] + self.codebook_offsets[:, None]
+        embeds = torch.where(audio[..., None], self.audio_embeddings(codes).sum(1), text)
+        mask = (sequence[:, :, None] == sequence[:, None, :])[:, None]
+        hidden = self.llm(embeds, mask=mask, positions=positions)
+        rows, width = ids.shape[0], ids.shape[2]
+        logits = self.audio_heads(hidden).float().view(rows, width, self.config.num_audio_codebook, -1)
+        return logits.transpose(1, 2)
 
 
-def logits_graph(model: OmniVoiceGenerator, max_tokens: int = 8192):
-    """One unmasking step's network as a tritontts.runtime Graph: packed tokens of a batch
-    (a one-sentence request with guidance is ~200 of them; opt 512 is two to three)."""
+def logits_graph(model: OmniVoiceGenerator, max_rows: int = 32, max_tokens: int = 4096):
+    """One unmasking step's network as a tritontts.runtime Graph: rows of packed sequences
+    (a one-sentence request with guidance is ~200 tokens: one row of ROW_TOKENS)."""
     from ..runtime import Axis, Graph, Method, TensorSpec
 
     cfg = model.config
     return Graph(
         name="omnivoice_generator_logits", module=Method(model, "logits"),
-        inputs=(TensorSpec("ids", torch.int64, (cfg.num_audio_codebook, "tokens"), high=cfg.audio_vocab_size),
-                TensorSpec("audio", torch.bool, ("tokens",)),
-                TensorSpec("sequence", torch.int64, ("tokens",), high=4),
-                TensorSpec("positions", torch.int64, ("tokens",), high=512)),
+        inputs=(TensorSpec("ids", torch.int64, ("rows", cfg.num_audio_codebook, "tokens"),
+                           high=cfg.audio_vocab_size),
+                TensorSpec("audio", torch.bool, ("rows", "tokens")),
+                TensorSpec("sequence", torch.int64, ("rows", "tokens"), high=4),
+                TensorSpec("positions", torch.int64, ("rows", "tokens"), high=ROW_TOKENS)),
         outputs=("logits",),
-        axes={"tokens": Axis(1, min(512, max_tokens), max_tokens)},
-        output_axes={"logits": {1: "tokens"}})
+        axes={"rows": Axis(1, 2, max_rows), "tokens": Axis(1, min(ROW_TOKENS, max_tokens), max_tokens)},
+        output_axes={"logits": {0: "rows", 2: "tokens"}})
 
 
 def load_generator(checkpoint: OmniVoiceCheckpoint, device: torch.device | str = "cpu",
@@ -162,35 +171,51 @@ def _top_tenth(log_probs: Tensor) -> Tensor:
 
 
 class _Packed:
-    """The batch's sequences in one row: per job a conditional sequence and, with guidance,
-    an unconditional one (its target frames alone)."""
+    """The batch's sequences in rows: per job a conditional sequence and, with guidance, an
+    unconditional one (its target frames alone); placed longest first into the first row
+    with room (rows of ROW_TOKENS, or of the longest sequence)."""
 
     def __init__(self, jobs: list[UnmaskJob], device: torch.device):
-        ids, audio, sequence, positions = [], [], [], []
-        self.cond_end, self.uncond_start = [], []
-        offset = 0
+        pieces = []                                     # (ids [C, n], audio start, job, part)
         for index, job in enumerate(jobs):
-            length = job.ids.shape[1]
-            parts = [(job.ids, job.audio_start)]
+            pieces.append((job.ids, job.audio_start, index, 0))
             if job.settings.guidance_scale != 0:
-                parts.append((job.ids[:, length - job.frames:], 0))
-            for part, (part_ids, audio_start) in enumerate(parts):
-                n = part_ids.shape[1]
-                ids.append(part_ids)
-                audio.append(torch.arange(n) >= audio_start)
-                sequence.append(torch.full((n,), 2 * index + part))
-                positions.append(torch.arange(n))
-                if part == 0:
-                    self.cond_end.append(offset + n)
-                else:
-                    self.uncond_start.append(offset)
-                offset += n
-            if len(parts) == 1:
-                self.uncond_start.append(None)
-        self.ids = torch.cat(ids, dim=1).to(device)
-        self.audio = torch.cat(audio).to(device)
-        self.sequence = torch.cat(sequence).to(device)
-        self.positions = torch.cat(positions).to(device)
+                pieces.append((job.ids[:, job.ids.shape[1] - job.frames:], 0, index, 1))
+        width = max(ROW_TOKENS, max(p[0].shape[1] for p in pieces))
+        rows: list[list] = []
+        used: list[int] = []
+        placed = {}
+        for piece in sorted(pieces, key=lambda p: -p[0].shape[1]):
+            n = piece[0].shape[1]
+            row = next((r for r, u in enumerate(used) if u + n <= width), None)
+            if row is None:
+                rows.append([])
+                used.append(0)
+                row = len(rows) - 1
+            placed[(piece[2], piece[3])] = (row, used[row], n)
+            rows[row].append((piece, used[row]))
+            used[row] += n
+        width = max(used)
+        codebooks = jobs[0].ids.shape[0]
+        self.ids = torch.zeros((len(rows), codebooks, width), dtype=torch.long)
+        self.audio = torch.zeros((len(rows), width), dtype=torch.bool)
+        self.sequence = torch.full((len(rows), width), -1, dtype=torch.long)   # -1: padding
+        self.positions = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, row in enumerate(rows):
+            for number, ((ids, audio_start, _, _), start) in enumerate(row):
+                n = ids.shape[1]
+                self.ids[r, :, start:start + n] = ids
+                self.audio[r, start + audio_start:start + n] = True
+                self.sequence[r, start:start + n] = number
+                self.positions[r, start:start + n] = torch.arange(n)
+        self.ids, self.audio = self.ids.to(device), self.audio.to(device)
+        self.sequence, self.positions = self.sequence.to(device), self.positions.to(device)
+        # Where each job's target frames are: (row, first column) for cond and uncond.
+        self.cond, self.uncond = [], []
+        for index, job in enumerate(jobs):
+            row, start, n = placed[(index, 0)]
+            self.cond.append((row, start + n - job.frames))
+            self.uncond.append(placed[(index, 1)][:2] if (index, 1) in placed else None)
 
 
 @torch.inference_mode()
@@ -219,11 +244,12 @@ def unmask(model: OmniVoiceGenerator, jobs: list[UnmaskJob], cancelled=lambda: F
             count = schedules[index][step]
             if count <= 0:
                 continue
-            s, end, frames = job.settings, packed.cond_end[index], job.frames
-            cond = logits[:, end - frames:end]
+            s, frames = job.settings, job.frames
+            row, start = packed.cond[index]
+            cond = logits[row, :, start:start + frames]
             if s.guidance_scale != 0:
-                start = packed.uncond_start[index]
-                uncond = logits[:, start:start + frames]
+                urow, ustart = packed.uncond[index]
+                uncond = logits[urow, :, ustart:ustart + frames]
                 log_probs = F.log_softmax((1 + s.guidance_scale) * cond - s.guidance_scale * uncond, dim=-1)
             else:
                 log_probs = F.log_softmax(cond, dim=-1)
@@ -242,8 +268,8 @@ def unmask(model: OmniVoiceGenerator, jobs: list[UnmaskJob], cancelled=lambda: F
             flat = current.flatten()
             flat[chosen] = predicted.flatten()[chosen]
             tokens[index] = current = flat.view(codebooks, frames)
-            packed.ids[:, end - frames:end] = current
-            if packed.uncond_start[index] is not None:
-                start = packed.uncond_start[index]
-                packed.ids[:, start:start + frames] = current
+            packed.ids[row, :, start:start + frames] = current
+            if packed.uncond[index] is not None:
+                urow, ustart = packed.uncond[index]
+                packed.ids[urow, :, ustart:ustart + frames] = current
     return tokens
