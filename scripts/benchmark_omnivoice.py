@@ -11,7 +11,8 @@ random weights, on this machine, in one run:
    concurrency 1 and 4 (streaming PCM, two-segment texts, the default 32 steps).
 
   .venv/bin/python scripts/benchmark_omnivoice.py [--checkpoint DIR] [--frames 50] [--steps 8]
-                                                 [--threads 2] [--skip-generator] [--skip-serving]
+                                                 [--threads 2] [--rounds 2] [--skip-generator]
+                                                 [--skip-serving]
 
 Without --checkpoint a random released-size checkpoint is written to .cache/ once.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -144,6 +146,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=50, help="target frames per request (25 a second)")
     parser.add_argument("--steps", type=int, default=8,
                         help="unmasking steps in the generator comparison (time scales with it)")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each generator arm, alternating")
     parser.add_argument("--skip-generator", action="store_true")
     parser.add_argument("--skip-serving", action="store_true")
     parser.add_argument("--threads", default="2", help="CPU threads per generator arm (comma-separated)")
@@ -170,9 +173,14 @@ def main() -> None:
         print("|---:|---:|---:|---:|---:|")
         for n in (int(v) for v in args.threads.split(",")):
             arm_args = ["--checkpoint", str(root), "--frames", str(args.frames), "--steps", str(args.steps)]
-            got = {arm: run_arm(Path(__file__), arm, n, arm_args) for arm in ("ours", "reference")}
+            # Arms alternate, `rounds` times each; the median per arm (this CPU is noisy).
+            runs = {"ours": [], "reference": []}
+            for _ in range(args.rounds):
+                for arm in runs:
+                    runs[arm].append(run_arm(Path(__file__), arm, n, arm_args))
             for batch in ("1", "8"):
-                o, r = got["ours"][batch], got["reference"][batch]
+                o = statistics.median(r[batch] for r in runs["ours"])
+                r = statistics.median(r[batch] for r in runs["reference"])
                 print(f"| {n} | {batch} | {o:.2f} | {r:.2f} | {o / r:.2f}× |", flush=True)
     if not args.skip_serving:
         serving(root)

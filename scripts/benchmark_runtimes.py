@@ -31,6 +31,10 @@ SHAPES = {
     "cosyvoice3_hift_spectrum": [{"batch": 1, "mel_frames": 204}, {"batch": 1, "mel_frames": 604}],
     "qwen3_tts_code2wav_latents": [{"batch": 1, "frames": 1}, {"batch": 1, "frames": 605}],
     "qwen3_tts_code2wav_vocoder": [{"batch": 1, "frames": 1}, "opt"],
+    # One two-sentence segment with guidance in one row; four requests' segments in 4 rows.
+    "omnivoice_generator_logits": [{"rows": 1, "tokens": 200}, {"rows": 4, "tokens": 256}],
+    # A 3 s segment and a 10 s one.
+    "higgs_codec_decoder": [{"batch": 1, "frames": 75}, {"batch": 1, "frames": 250}],
 }
 
 
@@ -40,6 +44,10 @@ def released_graphs() -> list[Graph]:
     from tritontts.cosyvoice3.hift import CausalHiFTGenerator, spectrum_graph
     from tritontts.cosyvoice3.random_checkpoint import write_config
     from tritontts.qwen3_tts.code2wav import Code2WavConfig, Qwen3TTSCode2Wav, code2wav_graphs
+    from tritontts.higgs_codec import HiggsCodecConfig, HiggsCodecDecoder, codec_config_dict, decoder_graph
+    from tritontts.omnivoice.checkpoint import parse_config
+    from tritontts.omnivoice.generator import OmniVoiceGenerator, logits_graph
+    from tritontts.omnivoice.random_checkpoint import config_dict
     from tritontts.qwen3_tts.random_checkpoint import speech_tokenizer_config
 
     torch.manual_seed(0)
@@ -49,7 +57,10 @@ def released_graphs() -> list[Graph]:
     hift = CausalHiFTGenerator.from_config(config["hift"]).eval()
     codec_config = speech_tokenizer_config("0.6b")     # the codec is the same in every release
     codec = Qwen3TTSCode2Wav(Code2WavConfig.from_dict(codec_config["decoder_config"])).eval()
-    return [velocity_graph(flow.decoder.estimator), spectrum_graph(hift), *code2wav_graphs(codec)]
+    generator = OmniVoiceGenerator(parse_config(config_dict("released"), Path("config.json"))).eval()
+    higgs = HiggsCodecDecoder(HiggsCodecConfig.from_dict(codec_config_dict("released"))).eval()
+    return [velocity_graph(flow.decoder.estimator), spectrum_graph(hift), *code2wav_graphs(codec),
+            logits_graph(generator), decoder_graph(higgs)]
 
 
 def time_call(fn, inputs, repeats: int) -> list[float]:

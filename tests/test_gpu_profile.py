@@ -15,8 +15,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from frontend.__main__ import parse_args, profile_repository
 from tritontts import profiles
 from tritontts.families import FAMILIES
-from tritontts.profiles import (CPU_STAGES, GPU_PARAMETERS, GPU_STAGES, TALKER_BUDGET, TALKERS,
-                                ProfileError, config_text, write_profile_repository)
+from tritontts.profiles import (CPU_STAGES, GPU_PARAMETERS, GPU_STAGES, ONE_INSTANCE, TALKER_BUDGET,
+                                TALKERS, ProfileError, config_text, write_profile_repository)
 from tritontts.repository import (ENSEMBLE_REPOSITORY, STAGE_REPOSITORY, ensemble_config,
                                   read_config, write_instance)
 
@@ -152,12 +152,12 @@ def test_an_ensemble_is_left_out_when_its_stages_are_not_there(tmp_path):
     assert not (tmp_path / "qwen3_tts").exists() and not (tmp_path / "cosyvoice3").exists()
 
 
-def test_gpus_list_places_instances_and_talkers_stay_on_the_first(tmp_path):
+def test_gpus_list_places_instances_and_talkers_and_one_instance_stages_stay_on_the_first(tmp_path):
     write_profile_repository("gpu", None, tmp_path, gpus=[2, 3])
     for stage in STAGES:
         if stage in CPU_STAGES:
             continue
-        want = [2] if stage in TALKERS else [2, 3]
+        want = [2] if stage in TALKERS or stage in ONE_INSTANCE else [2, 3]
         assert all(list(g.gpus) == want for g in config(tmp_path, stage).instance_group), stage
 
 

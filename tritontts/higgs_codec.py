@@ -452,7 +452,7 @@ class HiggsCodecEncoder:
 
 # --- random checkpoints (tests, benchmarks) ----------------------------------------------
 
-def _codec_config_dict(size: str) -> dict:
+def codec_config_dict(size: str) -> dict:
     """config.json for `size`. Both keep the released rates: 24 kHz, ratios 8*5*4*2*3 = 960
     samples per frame (25 frames/s), 8 codebooks of 1024 (target bandwidth 2 kbps)."""
     ratios = [8, 5, 4, 2, 3]
@@ -519,7 +519,7 @@ def write_random_codec(out_dir: str | Path, size: str = "tiny", seed: int = 0) -
     from safetensors.torch import save_file
 
     out = Path(out_dir)
-    config = _codec_config_dict(size)
+    config = codec_config_dict(size)
     model_class, config_class = _tokenizer_classes()
     # The key set and shapes are transformers' own, taken from a weightless instance.
     with torch.device("meta"):

@@ -58,6 +58,10 @@ GPU_STAGES: dict[str, GpuStage] = {
     "cosyvoice3_flow": GpuStage(count=2, max_batch_size=8),
     "cosyvoice3_hift": GpuStage(count=2, max_batch_size=16),
     "qwen3_tts_code2wav": GpuStage(count=2, max_batch_size=16),
+    # One instance (ONE_INSTANCE below); larger batches: every step is one backbone pass over
+    # all of a batch's segments.
+    "omnivoice_generator": GpuStage(count=1, max_batch_size=16),
+    "omnivoice_decoder": GpuStage(count=2, max_batch_size=16),
     # The piper stage picks its onnxruntime providers itself (tritontts/piper/vits.py): on
     # a GPU instance it gains only once that code asks for the CUDA provider.
     "piper_vits": GpuStage(count=2, max_batch_size=16),
@@ -75,6 +79,14 @@ CPU_STAGES: dict[str, str] = {
     "qwen3_tts_prompt": ("per request it only tokenizes and looks up text embeddings; its "
                          "encoders run once per new reference, whose features are cached "
                          "by content"),
+    "omnivoice_prompt": ("per request it only tokenizes text and estimates durations; its "
+                         "codec encoder runs once per new reference, whose codes are cached "
+                         "by content"),
+}
+
+# GPU stages that must stay one instance on the first listed GPU, and why.
+ONE_INSTANCE: dict[str, str] = {
+    "omnivoice_generator": "it keeps each stream's first-segment codes for the later segments",
 }
 
 # The non-autoregressive networks (tritontts/runtime.py's stage_runner reads these):
@@ -83,7 +95,8 @@ CPU_STAGES: dict[str, str] = {
 # its instance's kind and GPU id.
 GPU_PARAMETERS: dict[str, dict[str, str]] = {
     stage: {"runtime": "tensorrt,onnxruntime,torch", "precision": "fp16"}
-    for stage in ("cosyvoice3_flow", "cosyvoice3_hift", "qwen3_tts_code2wav")
+    for stage in ("cosyvoice3_flow", "cosyvoice3_hift", "qwen3_tts_code2wav",
+                  "omnivoice_generator", "omnivoice_decoder")
 }
 
 
@@ -192,7 +205,8 @@ def gpu_stage(target: Path, origin: Path, gpus: list[int]) -> None:
         # A talker's engine is built on the process's current CUDA device whatever its
         # instance's GPU (tritontts/vllm_talker.py), so a second instance would land on
         # the first card and take a second share of it: talkers stay on the first GPU.
-        placed = gpus[:1] if settings is not None else gpus
+        # A one-instance stage (ONE_INSTANCE) likewise.
+        placed = gpus[:1] if settings is not None or name in ONE_INSTANCE else gpus
         for group in config.instance_group:
             group.kind = mc.ModelInstanceGroup.Kind.KIND_GPU
             del group.gpus[:]

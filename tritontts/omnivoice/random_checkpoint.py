@@ -37,7 +37,7 @@ BACKBONES = {
 }
 
 
-def _config(size: str, text_vocab: int) -> dict:
+def config_dict(size: str, text_vocab: int = 1152) -> dict:
     llm = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": text_vocab,
            "hidden_act": "silu", "max_position_embeddings": 40960, "rms_norm_eps": 1e-6,
            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
@@ -61,7 +61,7 @@ def write_random_checkpoint(out: str | Path, seed: int = 0, size: str = "tiny") 
     ids = write_qwen2_tokenizer(out, SPECIAL_TOKENS, _CORPUS, eos_token="<|endoftext|>")
     # The text table also looks up every audio position's first code (the reference embeds
     # row 0 of all positions, then keeps the audio embedding there), so it outgrows 1025.
-    config = _config(size, max(max(ids.values()) + 1, 1152))
+    config = config_dict(size, max(max(ids.values()) + 1, 1152))
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
     model = OmniVoiceGenerator(parse_config(config, out / CONFIG_FILE))
     state = randomize(model, torch.Generator().manual_seed(seed))
