@@ -237,6 +237,38 @@ def test_run_batch_gets_the_dynamic_batch_at_once_and_errors_stay_per_request(tm
         assert bad.error().message() == "[invalid_request] x must be >= 0"
 
 
+class InParts(Stage):
+    """Computes a batch one request at a time, reporting each result ready as it goes, and
+    notes what request 0's sender had received when request 1 was computed."""
+    seen_before_second: list[int] = []
+    senders: list = []
+
+    def run_batch(self, batch, ready=None):
+        results = []
+        for index, inputs in enumerate(batch):
+            if index == 1:
+                InParts.seen_before_second.append(len(InParts.senders[0].sent))
+            results.append({"y": np.array([inputs.scalar("x") * 10])})
+            if ready is not None:
+                ready(index, results[-1])
+        return results
+
+
+def test_a_decoupled_batched_stage_sends_each_result_when_ready_and_once(tmp_path):
+    with fake_pb_utils():
+        model = load(write_config(tmp_path, "InParts", decoupled=True,
+                                  inputs='{ name: "x" data_type: TYPE_FP64 dims: [ 1 ] }',
+                                  outputs='{ name: "y" data_type: TYPE_FP32 dims: [ 1 ] }'))
+        assert model.scheduler is None
+        requests = [FakeRequest({"x": np.array([1.0])}), FakeRequest({"x": np.array([2.0])})]
+        InParts.senders, InParts.seen_before_second = [r.sender for r in requests], []
+        assert model.execute(requests) is None
+    assert InParts.seen_before_second == [1]     # request 0 answered before request 1 ran
+    for request, want in zip(requests, (10.0, 20.0)):
+        [(response, flags, _)] = request.sender.sent
+        assert flags == FINAL and response.output("y").tolist() == [[want]]
+
+
 # --- engine stages ------------------------------------------------------------------------
 
 class Counter(EngineStage):

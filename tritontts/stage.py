@@ -30,7 +30,9 @@ responses and maps errors. Three kinds:
                                                      decoupled model, scheduled earliest
                                                      chunk first (tritontts/scheduling.py);
                                                      run_batch(list) for the dynamic batcher's
-                                                     batches (default: run each)
+                                                     batches (default: run each); a decoupled
+                                                     model with run_batch sends each result
+                                                     as soon as the stage says it is ready
   StreamingStage  run(inputs) -> iterator of outputs one response per chunk (decoupled)
   EngineStage     async run(inputs) -> async iterator   the same on an asyncio loop of the
                                                      stage's own (an engine such as vLLM)
@@ -217,10 +219,13 @@ class Stage:
     def run(self, inputs: Inputs) -> dict[str, Any]:
         raise NotImplementedError
 
-    def run_batch(self, batch: list[Inputs]) -> list[dict[str, Any] | Exception]:
+    def run_batch(self, batch: list[Inputs], ready: Callable[[int, Any], None] | None = None
+                  ) -> list[dict[str, Any] | Exception]:
         """The requests Triton's dynamic batcher gathered, in order: one result (outputs, or
         the exception that request fails with) per request. The default runs them one by
-        one; a stage whose network gains from batching computes them together."""
+        one; a stage whose network gains from batching computes them together. A stage
+        that computes a batch in parts may call `ready(index, result)` as each part is done:
+        in a decoupled model that result is sent at once (not at the end of the batch)."""
         results: list[dict[str, Any] | Exception] = []
         for inputs in batch:
             try:

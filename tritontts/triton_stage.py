@@ -116,12 +116,18 @@ class TritonPythonModel:
             raise ValueError(f"{context.name}: a streaming stage needs "
                              "model_transaction_policy { decoupled: true }")
         self.stage = cls(context)
+        # The stage computes a dynamic batch together (it overrides Stage.run_batch).
+        self.batched = type(self.stage).run_batch is not Stage.run_batch
         self.scheduler = None
         self.responder = None
         if isinstance(self.stage, EngineStage):
             # Responses leave from a thread of their own, never from the engine's loop.
             self.responder = _Responder(context.name)
-        elif not streaming and self.decoupled:
+        # (A batched stage in a decoupled model, one response per request, needs no
+        # scheduler: execute sends each result when the stage says it is ready, so a batch
+        # computed in parts, OmniVoice's generator's later segments after their first, does
+        # not hold the early results back.)
+        elif not streaming and self.decoupled and not self.batched:
             # A one-response stage in a decoupled model: chunks of all streams are run by
             # the scheduler's workers, earliest chunk index first, and released in order
             # per stream; one instance owns that order.
@@ -192,11 +198,24 @@ class TritonPythonModel:
             for request in requests:
                 self._stream(request, request.get_response_sender())
             return None
+        if self.decoupled:      # batched (initialize checked): each response when ready
+            senders = [request.get_response_sender() for request in requests]
+            sent = set()
+
+            def send(slot, response):
+                if slot not in sent:
+                    sent.add(slot)
+                    senders[slot].send(response, flags=FINAL)
+
+            for slot, response in enumerate(self._respond_batch(requests, send)):
+                send(slot, response)
+            return None
         return self._respond_batch(requests)
 
-    def _respond_batch(self, requests) -> list:
+    def _respond_batch(self, requests, send=None) -> list:
         """A batch of the dynamic batcher: voice encodings and bad or cancelled requests are
-        answered one by one, the rest go to the stage's run_batch together."""
+        answered one by one, the rest go to the stage's run_batch together. `send(slot,
+        response)`, when given, is called for each result the stage reports ready early."""
         responses: list = [None] * len(requests)
         batch, slots = [], []
         for slot, request in enumerate(requests):
@@ -208,19 +227,27 @@ class TritonPythonModel:
                 slots.append(slot)
             except Exception as exc:
                 responses[slot] = error_response(exc)
+        def respond(slot, inputs, result):
+            request = requests[slot]
+            try:
+                return (error_response(result) if isinstance(result, Exception) else
+                        self.response(result, inputs,
+                                      set(request.requested_output_names()) - {VOICE_FEATURES}))
+            except Exception as exc:
+                return error_response(exc)
+
+        def ready(index, result):
+            responses[slots[index]] = respond(slots[index], batch[index], result)
+            send(slots[index], responses[slots[index]])
+
         if batch:
             try:
-                results = self.stage.run_batch(batch)
+                results = self.stage.run_batch(batch, ready) if send else self.stage.run_batch(batch)
             except Exception as exc:
                 results = [exc] * len(batch)
             for slot, inputs, result in zip(slots, batch, results):
-                request = requests[slot]
-                try:
-                    responses[slot] = (error_response(result) if isinstance(result, Exception) else
-                                       self.response(result, inputs,
-                                                     set(request.requested_output_names()) - {VOICE_FEATURES}))
-                except Exception as exc:
-                    responses[slot] = error_response(exc)
+                if responses[slot] is None:
+                    responses[slot] = respond(slot, inputs, result)
         return responses
 
     def _respond(self, request) -> "pb_utils.InferenceResponse":

@@ -209,21 +209,28 @@ class OmniVoiceGeneratorStage(Stage):
             raise result
         return result
 
-    def run_batch(self, batch: list[Inputs]) -> list[dict[str, Any] | Exception]:
+    def run_batch(self, batch: list[Inputs], ready=None) -> list[dict[str, Any] | Exception]:
+        """Groups of one step count, each sent (ready) as soon as it is done: a first segment
+        leaves before the later segments of its stream that were batched with it are run."""
         from .generator import UnmaskJob, UnmaskSettings, unmask
+
+        def done(i, result):
+            results[i] = result
+            if ready is not None:
+                ready(i, result)
 
         results: list[dict[str, Any] | Exception | None] = [None] * len(batch)
         waiting = list(range(len(batch)))
         while waiting:
-            ready = [i for i in waiting if not bool(batch[i].scalar("from_first"))
-                     or self.first_codes.get(int(batch[i].scalar(STREAM_ID))) is not None]
-            if not ready:       # their first segment failed, was cancelled or was forgotten
+            runnable = [i for i in waiting if not bool(batch[i].scalar("from_first"))
+                        or self.first_codes.get(int(batch[i].scalar(STREAM_ID))) is not None]
+            if not runnable:    # their first segment failed, was cancelled or was forgotten
                 for i in waiting:
-                    results[i] = RuntimeError("the stream's first segment is not available")
+                    done(i, RuntimeError("the stream's first segment is not available"))
                 break
-            waiting = [i for i in waiting if i not in ready]
+            waiting = [i for i in waiting if i not in runnable]
             jobs = {}
-            for i in ready:
+            for i in runnable:
                 inputs = batch[i]
                 ids = torch.from_numpy(np.array(inputs["ids"], np.int64)).T.contiguous()
                 frames, audio_start = int(inputs.scalar("frames")), int(inputs.scalar("audio_start"))
@@ -240,7 +247,7 @@ class OmniVoiceGeneratorStage(Stage):
                                    cancelled=lambda: all(batch[i].cancelled() for i in group))
                 except Exception as exc:  # noqa: BLE001 - this group's requests fail
                     for i in group:
-                        results[i] = exc
+                        done(i, exc)
                     continue
                 for i, c in zip(group, codes):
                     inputs = batch[i]
@@ -250,7 +257,7 @@ class OmniVoiceGeneratorStage(Stage):
                         self.first_codes.put(stream, c.cpu())
                     elif final:
                         self.first_codes.pop(stream)
-                    results[i] = {"codes": c.T.cpu().numpy().astype(np.int32)}
+                    done(i, {"codes": c.T.cpu().numpy().astype(np.int32)})
         return results
 
 

@@ -1,0 +1,90 @@
+"""The OmniVoice stages' logic in-process (no Triton) on the tiny checkpoint: the prompt's
+segment plan, and the generator's batches: a first segment answered before the segments of
+its stream that clone it are run, and a batch giving each segment what it gets alone."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tritontts.omnivoice.stages as stages
+from tritontts.omnivoice.checkpoint import open_checkpoint
+from tritontts.omnivoice.request import parse_omnivoice_params
+from tritontts.stage import CHUNK_INDEX, IS_FINAL, STREAM_ID, Inputs, StageContext
+
+TWO = ("The birch canoe slid on the smooth planks of the old wooden dock. "
+       "Glue the sheet to the dark blue background before the paint dries.")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(random_checkpoints):
+    return open_checkpoint(random_checkpoints["omnivoice"])
+
+
+@pytest.fixture(scope="module")
+def prompt(checkpoint):
+    return stages.OmniVoicePromptStage(StageContext("omnivoice_prompt", checkpoint.root), checkpoint)
+
+
+@pytest.fixture(scope="module")
+def generator(checkpoint):
+    return stages.OmniVoiceGeneratorStage(StageContext("omnivoice_generator", checkpoint.root), checkpoint)
+
+
+def segment_inputs(prompt, text, stream, seed=3, **params):
+    out = []
+    for index, item in enumerate(prompt.plan(text, parse_omnivoice_params({"num_steps": 4, **params}), seed)):
+        inputs = Inputs({k: np.asarray(v) for k, v in item.items()})
+        inputs[STREAM_ID], inputs[CHUNK_INDEX] = np.asarray([stream]), np.asarray([index])
+        out.append(inputs)
+    return out
+
+
+def test_segments_are_sentences_and_short_ones_join_the_next():
+    assert stages.segments("Hi. Yes. The birch canoe slid on the smooth planks of the dock.") == [
+        "Hi. Yes. The birch canoe slid on the smooth planks of the dock."]
+    assert len(stages.segments(TWO)) == 2
+
+
+def test_later_segments_of_an_automatic_voice_hold_the_first_segments_place(prompt):
+    first, second = prompt.plan(TWO, parse_omnivoice_params({}), 1)
+    assert not first["from_first"] and second["from_first"]
+    assert [first[IS_FINAL], second[IS_FINAL]] == [False, True]
+    mask = prompt.checkpoint.config.audio_mask_id
+    start = second["audio_start"]
+    place = second["ids"][start:start + first["frames"]]
+    assert (place == mask).all() and second["ids"].shape[0] == start + first["frames"] + second["frames"]
+
+
+def test_a_first_segment_is_answered_before_the_segments_that_clone_it_run(prompt, generator, monkeypatch):
+    from tritontts.omnivoice import generator as model_code
+
+    events, real = [], model_code.unmask
+
+    def recording_unmask(model, jobs, cancelled=lambda: False):
+        events.append(("run", len(jobs)))
+        return real(model, jobs, cancelled)
+
+    monkeypatch.setattr(model_code, "unmask", recording_unmask)   # the stage imports it per call
+    batch = segment_inputs(prompt, TWO, stream=1)
+    results = generator.run_batch(batch, lambda i, result: events.append(("ready", i)))
+    assert events == [("run", 1), ("ready", 0), ("run", 1), ("ready", 1)]
+    assert all(isinstance(r, dict) for r in results)
+
+
+def test_a_batch_gives_each_segment_what_it_gets_alone(prompt, generator):
+    a = segment_inputs(prompt, TWO, stream=10, seed=5)
+    b = segment_inputs(prompt, "Rice is often served in round bowls.", stream=11, seed=6, language="en")
+    together = generator.run_batch(a + b)
+    alone = generator.run_batch(a) + generator.run_batch(b)
+    for x, y in zip(together, alone):
+        assert np.array_equal(x["codes"], y["codes"])
+    # Every stream's kept first-segment codes are gone once its last segment ran.
+    assert generator.first_codes.get(10) is None and generator.first_codes.get(11) is None
+
+
+def test_a_segment_whose_first_segment_is_unknown_fails_alone(prompt, generator):
+    later = segment_inputs(prompt, TWO, stream=12)[1]
+    other = segment_inputs(prompt, "Rice is often served in round bowls.", stream=13)[0]
+    failed, fine = generator.run_batch([later, other])
+    assert isinstance(failed, RuntimeError) and "first segment" in str(failed)
+    assert isinstance(fine, dict)
