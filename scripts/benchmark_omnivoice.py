@@ -8,7 +8,8 @@ random weights, on this machine, in one run:
    tritontts/benchmark/arms.py). OmniVoice has no autoregressive talker: this is its
    counterpart of the talker comparison;
 2. served through tritonserver + the front: time to first audio and real-time factor at
-   concurrency 1 and 4 (streaming PCM, two-segment texts, the default 32 steps).
+   concurrency 1 and 4 (streaming PCM, one-sentence texts, so one segment each: the first
+   audio is that sentence's; the default 32 steps).
 
   .venv/bin/python scripts/benchmark_omnivoice.py [--checkpoint DIR] [--frames 50] [--steps 8]
                                                  [--threads 2] [--rounds 2] [--skip-generator]
@@ -34,10 +35,6 @@ TEXTS = ["Hello there, how are you today?", "The birch canoe slid on the smooth 
          "Glue the sheet to the dark blue background.", "It's easy to tell the depth of a well.",
          "These days a chicken leg is a rare dish.", "Rice is often served in round bowls.",
          "The juice of lemons makes fine punch.", "The box was thrown beside the parked truck."]
-SERVED = ["The birch canoe slid on the smooth planks of the old dock. Glue the sheet to the dark "
-          "blue background before the paint dries.",
-          "It's easy to tell the depth of a well on a clear day. These days a chicken leg is a "
-          "rare dish in the old town."]
 
 
 def our_speed(checkpoint, frames: int, steps: int, batches=(1, 8)) -> dict[int, float]:
@@ -112,7 +109,7 @@ def serving(checkpoint_dir: Path) -> None:
 
     def one(k: int, steps: int | None = None):
         start, first, size = time.perf_counter(), None, 0
-        body = {"model": "omnivoice", "input": SERVED[k % len(SERVED)], "stream_format": "audio",
+        body = {"model": "omnivoice", "input": TEXTS[k % len(TEXTS)], "stream_format": "audio",
                 "response_format": "pcm", "seed": k, "language": "en"}
         if steps:
             body["num_steps"] = steps

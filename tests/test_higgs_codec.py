@@ -15,9 +15,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tritontts.checkpoint import CheckpointError
-from tritontts.higgs_codec import (CONFIG_FILE, PREPROCESSOR_FILE, WEIGHTS_FILE,
-                                   HiggsCodecEncoder, _tokenizer_classes, decoder_graph,
-                                   load_codec_decoder, resample, write_random_codec)
+from tritontts.higgs_codec import (CONFIG_FILE, PREPROCESSOR_FILE, WEIGHTS_FILE, HiggsCodecConfig,
+                                   HiggsCodecDecoder, HiggsCodecEncoder, _tokenizer_classes,
+                                   codec_config_dict, decoder_graph, load_codec_decoder, resample,
+                                   write_random_codec)
 
 TOLERANCE = 1e-4
 
@@ -213,19 +214,12 @@ def test_weight_norm_stored_as_parametrizations_or_g_v_folds_to_the_same_audio(c
     assert max_diff(load_codec_decoder(variant)(codes), decoder(codes)) <= 1e-5
 
 
-def test_decoder_graph_on_onnxruntime_matches_torch_within_1e4(decoder, tmp_path, monkeypatch):
-    pytest.importorskip("onnxruntime")
-    from tritontts.runtime import compare, select_runner
-
-    monkeypatch.setenv("TRITONTTS_CACHE", str(tmp_path))
-    graph = decoder_graph(decoder, max_batch=2, max_frames=40)
+def test_decoder_graph_declares_codes_in_and_audio_out():
+    """The graph build/export.py exports (its onnxruntime parity at min, opt and odd shapes,
+    with a perturbed-weight control, is tests/test_runtime.py's, as for every graph)."""
+    cfg = HiggsCodecConfig.from_dict(codec_config_dict("tiny"))
+    graph = decoder_graph(HiggsCodecDecoder(cfg).eval(), max_batch=2, max_frames=40)
     assert [s.name for s in graph.inputs] == ["codes"] and graph.outputs == ("audio",)
     assert graph.inputs[0].shape == ("batch", 8, "frames") and graph.inputs[0].high == 1024
-    runner = select_runner(graph, "onnxruntime")
-    assert runner.runtime == "onnxruntime"
-    for sizes in ({"batch": 2, "frames": 17}, {"batch": 1, "frames": 1}, {"batch": 2, "frames": 40}):
-        diff, peak = compare(graph, runner, sizes)
-        print(f"onnxruntime max-abs-diff at {sizes}: {diff:.3g} (peak {peak:.3g})")
-        assert diff <= TOLERANCE and peak > 1e-3
-    samples = runner(random_codes(1, 3))[0]
-    assert samples.shape == (1, 3 * 960) and math.isfinite(float(samples.abs().max()))
+    (audio,) = graph.torch_call(*graph.example({"batch": 1, "frames": 3}))
+    assert audio.shape == (1, 3 * 960) and math.isfinite(float(audio.abs().max()))

@@ -49,7 +49,8 @@ def graphs(random_checkpoints) -> dict[str, Graph]:
 
 
 GRAPH_NAMES = ["cosyvoice3_flow_velocity", "cosyvoice3_hift_spectrum",
-               "qwen3_tts_code2wav_latents", "qwen3_tts_code2wav_vocoder"]
+               "qwen3_tts_code2wav_latents", "qwen3_tts_code2wav_vocoder",
+               "omnivoice_generator_logits", "higgs_codec_decoder"]
 
 
 def test_every_family_with_a_non_autoregressive_network_declares_its_graphs(graphs):

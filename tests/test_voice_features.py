@@ -56,6 +56,13 @@ def comparable(outputs: dict) -> dict:
     return {k: np.asarray(v) for k, v in outputs.items() if k not in ("stream_id", "seed")}
 
 
+def run(stage, inputs: Inputs) -> list[dict]:
+    """Every response of the stage: one, or one per segment from a streaming prompt stage
+    (OmniVoice's)."""
+    result = stage.run(inputs)
+    return [result] if isinstance(result, dict) else list(result)
+
+
 @pytest.fixture(scope="module", params=[f.name for f in CLONING])
 def encoder(request, random_checkpoints):
     family = FAMILIES[request.param]
@@ -69,10 +76,13 @@ def test_stored_features_give_exactly_the_prompt_of_the_reference(encoder):
     blob = stage.encode_voice(inputs_of(ref))
     assert voice_metadata(blob)["family"] == family.name
     stored = {VOICE_FEATURES: base64.b64encode(blob).decode(), "seed": 7}
-    direct, from_features = comparable(stage.run(inputs_of(ref))), comparable(stage.run(inputs_of(stored)))
-    assert direct.keys() == from_features.keys()
-    for name in direct:
-        np.testing.assert_array_equal(from_features[name], direct[name], err_msg=name)
+    direct, from_features = run(stage, inputs_of(ref)), run(stage, inputs_of(stored))
+    assert len(direct) == len(from_features)
+    for want, got in zip(direct, from_features):
+        want, got = comparable(want), comparable(got)
+        assert want.keys() == got.keys()
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
 def test_features_of_another_checkpoint_are_400_asking_to_upload_again(encoder):
@@ -81,10 +91,10 @@ def test_features_of_another_checkpoint_are_400_asking_to_upload_again(encoder):
     arrays, meta = unpack_voice(blob, family.name, stage_fingerprint(stage), spec_of(stage))
     forged = pack_voice(family.name, "0" * 16, arrays, ref_text=meta.get("ref_text", ""))
     with pytest.raises(InvalidRequest, match="another .* checkpoint; upload the voice again"):
-        stage.run(inputs_of({VOICE_FEATURES: base64.b64encode(forged).decode()}))
+        run(stage, inputs_of({VOICE_FEATURES: base64.b64encode(forged).decode()}))
     # Negative control: the same arrays under the stage's own fingerprint are accepted.
     own = pack_voice(family.name, stage_fingerprint(stage), arrays, ref_text=meta.get("ref_text", ""))
-    stage.run(inputs_of({VOICE_FEATURES: base64.b64encode(own).decode()}))
+    run(stage, inputs_of({VOICE_FEATURES: base64.b64encode(own).decode()}))
 
 
 @pytest.mark.parametrize("damage", ["not safetensors", "wrong family", "wrong shape"])
@@ -101,7 +111,7 @@ def test_malformed_features_are_400_naming_what_is_wrong(encoder, damage):
         arrays[name] = np.zeros((3, 3, 3), arrays[name].dtype)
         bad, match = pack_voice(family.name, stage_fingerprint(stage), arrays), f"voice_features '{name}'"
     with pytest.raises(InvalidRequest, match=match):
-        stage.run(inputs_of({VOICE_FEATURES: base64.b64encode(bad).decode()}))
+        run(stage, inputs_of({VOICE_FEATURES: base64.b64encode(bad).decode()}))
 
 
 def test_features_replace_the_reference_fields_not_join_them(encoder):

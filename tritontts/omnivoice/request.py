@@ -72,13 +72,14 @@ def parse_omnivoice_params(params: dict[str, Any]) -> OmniVoiceParams:
     ref_text = _text_field(params, "ref_text")
     features = (voice_features_param(params[VOICE_FEATURES])
                 if params.get(VOICE_FEATURES) is not None else None)
+    if features is not None and (ref_audio is not None or ref_text is not None):
+        raise InvalidRequest("a stored voice (voice_features) replaces ref_audio and ref_text; "
+                             "send one or the other")
     if ref_audio is not None and ref_text is None:
         raise InvalidRequest("ref_audio needs ref_text, its transcript (OmniVoice clones from "
                              "the recording and what it says)")
     if ref_text is not None and ref_audio is None:
         raise InvalidRequest("ref_text is the transcript of ref_audio: send ref_audio with it")
-    if ref_audio is not None and features is not None:
-        raise InvalidRequest("send either ref_audio or a stored voice, not both")
     instructions = _text_field(params, "instructions")
     # Checked here for the front's 400; the stage resolves them again against the text
     # (Chinese text turns the attributes into their Chinese forms).

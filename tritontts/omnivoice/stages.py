@@ -164,7 +164,8 @@ class OmniVoicePromptStage(StreamingStage):
         if params.ref_audio is None:
             return None, None, 0.0
         audio = self.reference_audio(params.ref_audio)
-        rms = float(np.sqrt(np.mean(audio.astype(np.float64) ** 2)))
+        # float32, as a stored voice keeps it: the same voice gives the same audio either way.
+        rms = float(np.float32(np.sqrt(np.mean(audio.astype(np.float64) ** 2))))
         if 0 < rms < REFERENCE_RMS:
             audio = audio * (REFERENCE_RMS / rms)
         key = hashlib.sha256(audio.tobytes()).hexdigest()
