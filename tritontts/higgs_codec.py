@@ -24,36 +24,49 @@ acoustic_encoder, semantic_model, ...) are never read.
 Encoding (`HiggsCodecEncoder`) wraps transformers' HiggsAudioV2TokenizerModel (HuBERT +
 DAC encoder + RVQ search), loaded from the local folder only.
 
+The DAC decoder is not causal: a frame's samples depend on `context_frames` (10) frames
+on each side. `decode_chunk` decodes a window and keeps the frames between its context
+margins; with that much context on both sides (`chunk_window`) a stream of chunks joins
+into exactly the whole-utterance decode.
+
+boson-ai's standalone layout (bosonai/higgs-audio-v2-tokenizer: config.json with
+boson_multimodal's HiggsAudioTokenizer arguments + model.pth) loads too, its names mapped
+onto these (see the section on it below).
+
 Triton-free: torch, transformers and safetensors only.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
 import math
+import pickle
 import re
 import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .checkpoint import CheckpointError, load_strict, require_dir, require_files
+from .checkpoint import CheckpointError, ConfigFields, load_strict, require_dir, require_files
 
 __all__ = [
     "HiggsCodecConfig", "HiggsCodecDecoder", "HiggsCodecEncoder", "load_codec_decoder",
-    "decoder_graph", "write_random_codec", "resample",
-    "CONFIG_FILE", "WEIGHTS_FILE", "PREPROCESSOR_FILE", "MODEL_TYPE",
+    "decoder_graph", "write_random_codec", "write_legacy_codec", "resample",
+    "context_frames", "chunk_window", "decode_chunk", "decode_chunk_rows",
+    "CONFIG_FILE", "WEIGHTS_FILE", "LEGACY_WEIGHTS_FILE", "PREPROCESSOR_FILE", "MODEL_TYPE",
 ]
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+LEGACY_WEIGHTS_FILE = "model.pth"           # boson-ai's standalone layout
 PREPROCESSOR_FILE = "preprocessor_config.json"
 MODEL_TYPE = "higgs_audio_v2_tokenizer"
 _WHAT = "higgs-audio v2 codec"
@@ -246,6 +259,93 @@ class HiggsCodecDecoder(nn.Module):
         return self.acoustic_decoder(latent).squeeze(1)
 
 
+# --- chunked (streaming) decoding -------------------------------------------------------
+
+def _decoder_reach(cfg: HiggsCodecConfig) -> tuple[int, int]:
+    """(frames before, frames after) a frame whose codes can change that frame's samples.
+
+    Walks the DAC decoder's convolutions back from one output sample to the span of input
+    positions it reads, for every phase of a sample within its frame. The decoder runs
+    its layers in the order they are registered, and every stride-1 conv in it is centred
+    (padding = dilation * (kernel - 1) / 2), so its span contains the input position
+    itself and a residual skip around it widens nothing. Snake, fc2 and the RVQ are per
+    position. The span is an upper bound on the real reach (a zero tap would shorten
+    it); tests measure that random weights reach exactly this far."""
+    with torch.device("meta"):
+        convs = [m for m in AcousticDecoder(cfg).modules()
+                 if isinstance(m, (nn.Conv1d, nn.ConvTranspose1d))]
+    before = after = 0
+    for phase in range(cfg.samples_per_frame):
+        lo = hi = phase                       # one output sample of frame 0
+        for conv in reversed(convs):
+            (k,), (s,), (p,), (d,) = conv.kernel_size, conv.stride, conv.padding, conv.dilation
+            if isinstance(conv, nn.ConvTranspose1d):
+                if d != 1:
+                    raise ValueError("dilated transposed convs are not modelled")
+                # y[n] = sum_m x[m] w[n + p - m*s] over 0 <= n + p - m*s < k
+                lo, hi = -(-(lo + p - k + 1) // s), (hi + p) // s
+            else:
+                if s != 1 or 2 * p != d * (k - 1):
+                    raise ValueError("only centred stride-1 convs are modelled")
+                lo, hi = lo - p, hi - p + d * (k - 1)     # y[n] = sum_j x[n - p + j*d]
+        before, after = max(before, -lo), max(after, hi)
+    return before, after
+
+
+def context_frames(cfg: HiggsCodecConfig) -> int:
+    """How many frames on each side of a frame can change its samples: the decoder's
+    receptive-field radius in frames, rounded up (the larger of its two sides). A chunk
+    decoded with this many real frames of context on both sides (fewer only where the
+    utterance itself ends) equals the same frames of a whole-utterance decode."""
+    return max(_decoder_reach(cfg))
+
+
+def chunk_window(start: int, stop: int, total: int, context: int) -> tuple[int, int, int, int]:
+    """The window to decode for frames [start, stop) of an utterance of `total` frames
+    known so far: (lo, hi, left, right), decode codes[..., lo:hi] with decode_chunk(...,
+    left, right). Context is clipped at the utterance's edges, where the whole-utterance
+    decode pads with zeros exactly as the window does. While streaming, `total` is the
+    frames generated so far: a chunk is exact once total >= stop + context, or at the end."""
+    if not 0 <= start < stop <= total or context < 0:
+        raise ValueError(f"bad chunk [{start}, {stop}) of {total} frames, context {context}")
+    lo, hi = max(0, start - context), min(total, stop + context)
+    return lo, hi, start - lo, hi - stop
+
+
+def _check_margins(width: int, left: int, right: int) -> None:
+    if left < 0 or right < 0 or left + right >= width:
+        raise ValueError(f"left {left} + right {right} context frames leave nothing of a "
+                         f"{width}-frame window")
+
+
+def decode_chunk(decoder: HiggsCodecDecoder, codes: Tensor, left: int, right: int) -> Tensor:
+    """codes [B, Q, W], a window whose first `left` and last `right` frames are context
+    -> audio [B, (W - left - right) * samples_per_frame] of the frames in between (every
+    row has the same margins; decode_chunk_rows for per-row ones)."""
+    if codes.ndim != 3:
+        raise ValueError(f"expected codes [batch, quantizers, frames], got {tuple(codes.shape)}")
+    width = codes.shape[-1]
+    _check_margins(width, left, right)
+    spf = decoder.cfg.samples_per_frame
+    return decoder(codes)[:, left * spf:(width - right) * spf]
+
+
+def decode_chunk_rows(decoder: HiggsCodecDecoder, codes: Tensor, lefts: Sequence[int],
+                      rights: Sequence[int]) -> list[Tensor]:
+    """decode_chunk with margins per row (windows of one width, batched in one decode):
+    one 1-D audio tensor per row, as long as that row's kept frames."""
+    if codes.ndim != 3 or not len(lefts) == len(rights) == codes.shape[0]:
+        raise ValueError(f"expected codes [batch, quantizers, frames] and one left and right "
+                         f"per row, got {tuple(codes.shape)}, {len(lefts)}, {len(rights)}")
+    width = codes.shape[-1]
+    for left, right in zip(lefts, rights):
+        _check_margins(width, left, right)
+    spf = decoder.cfg.samples_per_frame
+    audio = decoder(codes)
+    return [audio[row, left * spf:(width - right) * spf]
+            for row, (left, right) in enumerate(zip(lefts, rights))]
+
+
 # --- checkpoint --------------------------------------------------------------------------
 
 def _read_json(path: Path) -> dict:
@@ -258,12 +358,30 @@ def _read_json(path: Path) -> dict:
     return raw
 
 
-def _read_config(path: Path) -> HiggsCodecConfig:
-    raw = _read_json(path)
+def _config_from(raw: Mapping[str, Any], path: Path) -> HiggsCodecConfig:
     try:
         return HiggsCodecConfig.from_dict(raw)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise CheckpointError(f"{path}: {type(exc).__name__}: {exc}") from None
+
+
+def _codec_files(root: Path) -> tuple[dict, Path]:
+    """config.json's mapping and the weights file the codec is in: model.safetensors (the
+    transformers layout) or model.pth (boson-ai's standalone layout, below). With both
+    present config.json decides: model_type higgs_audio_v2_tokenizer is the transformers
+    layout, anything else boson's, whose model.safetensors is not the codec (vLLM-Omni's
+    loader notes it is another artefact of that repo)."""
+    require_files(root, (CONFIG_FILE,), _WHAT)
+    raw = _read_json(root / CONFIG_FILE)
+    transformers_layout = raw.get("model_type") == MODEL_TYPE
+    if not transformers_layout and (root / LEGACY_WEIGHTS_FILE).is_file():
+        return raw, root / LEGACY_WEIGHTS_FILE
+    if not (root / WEIGHTS_FILE).is_file():
+        why = (f"config.json's model_type {MODEL_TYPE} is the transformers layout, which has no "
+               f"{LEGACY_WEIGHTS_FILE}" if transformers_layout and (root / LEGACY_WEIGHTS_FILE).is_file()
+               else f"nor is boson-ai's {LEGACY_WEIGHTS_FILE} there")
+        raise CheckpointError(f"{root / WEIGHTS_FILE}: missing from the {_WHAT} checkpoint ({why})")
+    return raw, root / WEIGHTS_FILE
 
 
 _DECODER_KEY = re.compile(r"(acoustic_decoder|fc2)\.|quantizer\.quantizers\.\d+\.(codebook\.embed$|project_out\.)")
@@ -272,9 +390,24 @@ _NORM_PAIRS = ((".parametrizations.weight.original0", ".parametrizations.weight.
                (".weight_g", ".weight_v"))
 
 
+def _norm_dims(g_shape: tuple[int, ...], v_shape: tuple[int, ...]) -> list[int]:
+    """The dims weight norm takes ||v|| over: those where g has size 1 (weight_norm's
+    `dim` is the one g keeps), less those where v has size 1 too, which change nothing
+    (and so a single-channel conv's g, all ones in shape, still means its usual dims)."""
+    if len(g_shape) != len(v_shape):
+        return list(range(len(v_shape)))
+    return [d for d in range(len(v_shape)) if g_shape[d] == 1 and v_shape[d] != 1]
+
+
+def _fold_pair(g: Tensor, v: Tensor) -> Tensor:
+    """The weight g * v / ||v||."""
+    g, v = g.float(), v.float()
+    dims = _norm_dims(tuple(g.shape), tuple(v.shape))
+    return v * (g / torch.linalg.vector_norm(v, dim=dims, keepdim=True))
+
+
 def _fold_weight_norm(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Replace each weight-norm (g, v) pair by the weight g * v / ||v||, the norm taken over
-    the dims where g has size 1 (weight_norm's `dim` is the one g keeps)."""
+    """Replace each weight-norm (g, v) pair by its weight (_fold_pair)."""
     out = dict(tensors)
     for g_suffix, v_suffix in _NORM_PAIRS:
         for g_key in [k for k in out if k.endswith(g_suffix)]:
@@ -282,9 +415,7 @@ def _fold_weight_norm(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
             v_key = stem + v_suffix
             if v_key not in out:
                 continue        # left unmatched: load_strict names it as unexpected
-            g, v = out.pop(g_key).float(), out.pop(v_key).float()
-            dims = [d for d in range(v.ndim) if g.ndim != v.ndim or g.shape[d] == 1]
-            out[stem + ".weight"] = v * (g / v.norm(dim=dims, keepdim=True))
+            out[stem + ".weight"] = _fold_pair(out.pop(g_key), out.pop(v_key))
     return out
 
 
@@ -303,16 +434,196 @@ def _read_decoder_weights(path: Path) -> dict[str, Tensor]:
 
 
 def load_codec_decoder(codec_dir: str | Path, device: str | torch.device = "cpu") -> HiggsCodecDecoder:
-    """The decoder from an audio_tokenizer/ folder, fp32, eval mode, on `device`. A missing
-    or malformed file, and any missing, extra or wrongly shaped decoder tensor, raise
-    CheckpointError naming the file."""
+    """The decoder from an audio_tokenizer/ folder, transformers' layout or boson-ai's
+    (see _codec_files), fp32, eval mode, on `device`. A missing or malformed file, and any
+    missing, extra or wrongly shaped decoder tensor, raise CheckpointError naming the file."""
     root = require_dir(codec_dir, _WHAT)
-    require_files(root, (CONFIG_FILE, WEIGHTS_FILE), _WHAT)
-    cfg = _read_config(root / CONFIG_FILE)
-    weights = _read_decoder_weights(root / WEIGHTS_FILE)
-    module = HiggsCodecDecoder(cfg)
-    load_strict(module, weights, f"{root / WEIGHTS_FILE} (decoder tensors)")
+    raw, weights_path = _codec_files(root)
+    if weights_path.name == LEGACY_WEIGHTS_FILE:
+        tensors = _read_legacy_weights(weights_path)
+        cfg = _config_from(_legacy_config(raw, root / CONFIG_FILE, tensors), root / CONFIG_FILE)
+        module = HiggsCodecDecoder(cfg)
+        weights = _from_legacy(tensors, module.state_dict(), cfg, weights_path,
+                               _LEGACY_DECODER_KEY.match)
+    else:
+        cfg = _config_from(raw, root / CONFIG_FILE)
+        module = HiggsCodecDecoder(cfg)
+        weights = _read_decoder_weights(weights_path)
+    load_strict(module, weights, f"{weights_path} (decoder tensors)")
     return module.to(device=device, dtype=torch.float32).eval()
+
+
+# --- boson-ai's standalone layout: config.json + model.pth ---------------------------------
+#
+# bosonai/higgs-audio-v2-tokenizer as boson_multimodal's HiggsAudioTokenizer loads it:
+# config.json holds that class's constructor arguments, model.pth its state dict. Names
+# (from its code, and transformers' convert_higgs_audio_v2_tokenizer_to_hf.py, which maps
+# the same file onto the names used here):
+#   decoder_2.model.<i>   DAC decoder, one nn.Sequential: 0 conv, 1..n blocks (each a
+#                         Sequential: Snake, ConvTranspose, 3 residual units of Snake, conv,
+#                         Snake, 1x1 conv), n+1 Snake, n+2 conv; convs weight-normed
+#                         (weight_g, weight_v)
+#   encoder.block.<i>     DAC encoder, likewise (blocks: 3 residual units, Snake, conv)
+#   quantizer.vq.layers.<i>.{_codebook.*, project_in, project_out}
+#   fc_prior, fc_post1, fc_post2                 transformers' fc, fc1, fc2
+#   encoder_semantic, decoder_semantic           each nn.Conv1d but a residual unit's 1x1
+#                                                one wrapped in a module (one more `.conv`)
+#   semantic_model                               the HuBERT, transformers' HubertModel names
+
+_BOSON_TEACHERS = ("hubert_base", "hubert_base_general")      # both HuBERT base
+_LEGACY_DECODER_KEY = re.compile(
+    r"decoder_2\.|fc_post2\.|quantizer\.vq\.layers\.\d+\.(project_out\.|_codebook\.embed$)")
+_RESIDUAL_LAYERS = ("snake1", "conv1", "snake2", "conv2")      # DAC ResidualUnit.block order
+
+
+def _read_legacy_weights(path: Path) -> dict[str, Tensor]:
+    """model.pth's tensors. It is a pickle, and unpickling in full runs whatever callable
+    the file names: weights_only=True unpickles tensors and plain containers only and
+    refuses anything else, so a crafted file fails here instead of running code."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as exc:
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        raise CheckpointError(f"{path}: not a loadable torch state dict "
+                              f"({type(exc).__name__}: {first_line})") from None
+    if not isinstance(state, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, Tensor) for k, v in state.items()):
+        raise CheckpointError(f"{path}: expected a plain dict of tensors by name, "
+                              f"got {type(state).__name__}")
+    return dict(state)
+
+
+def _dac_modules(ours: str, boson: str, blocks: int, decoder: bool):
+    """(our module path, boson's) for a DAC decoder or encoder of `blocks` blocks."""
+    yield f"{ours}.conv1", f"{boson}.0"
+    # Inside a block's Sequential: the decoder's Snake and ConvTranspose come first, the
+    # encoder's Snake and strided conv after its residual units.
+    first_unit, own = (2, (("snake1", 0), ("conv_t1", 1))) if decoder else (0, (("snake1", 3), ("conv1", 4)))
+    for b in range(blocks):
+        block, sequential = f"{ours}.block.{b}", f"{boson}.{b + 1}.block"
+        for name, index in own:
+            yield f"{block}.{name}", f"{sequential}.{index}"
+        for unit in range(3):
+            for index, name in enumerate(_RESIDUAL_LAYERS):
+                yield f"{block}.res_unit{unit + 1}.{name}", f"{sequential}.{first_unit + unit}.block.{index}"
+    yield f"{ours}.snake1", f"{boson}.{blocks + 1}"
+    yield f"{ours}.conv2", f"{boson}.{blocks + 2}"
+
+
+def _legacy_modules(cfg: HiggsCodecConfig) -> dict[str, str]:
+    """Our (transformers') module path -> boson's, for the modules whose names differ by
+    more than the semantic wrappers' `.conv` (see _legacy_name). boson's config has one
+    `ratios` for both DAC halves, so the encoder has as many blocks as the decoder."""
+    blocks = len(cfg.upsampling_ratios)
+    names = dict(_dac_modules("acoustic_decoder", "decoder_2.model", blocks, True))
+    names.update(_dac_modules("acoustic_encoder", "encoder.block", blocks, False))
+    for q in range(cfg.num_quantizers):
+        ours, boson = f"quantizer.quantizers.{q}", f"quantizer.vq.layers.{q}"
+        names.update({f"{ours}.codebook": f"{boson}._codebook",
+                      f"{ours}.project_in": f"{boson}.project_in",
+                      f"{ours}.project_out": f"{boson}.project_out"})
+    names.update({"fc": "fc_prior", "fc1": "fc_post1", "fc2": "fc_post2"})
+    return names
+
+
+def _legacy_name(key: str, modules: Mapping[str, str]) -> str:
+    stem, _, leaf = key.rpartition(".")
+    if stem in modules:
+        return f"{modules[stem]}.{leaf}"
+    head, _, path = stem.partition(".")
+    # boson's semantic Conv1d is a module holding an nn.Conv1d as `.conv`; the residual
+    # units' 1x1 conv2 (Conv1d1x1) is a bare nn.Conv1d.
+    if head in ("encoder_semantic", "decoder_semantic") and (
+            path.rpartition(".")[2] in ("conv", "conv1") or path == "conv2"):
+        return f"{stem}.conv.{leaf}"
+    return key
+
+
+def _legacy_sources(key: str, modules: Mapping[str, str]) -> list[tuple[str, ...]]:
+    """Where our tensor `key` may be in boson's file, the native form first: (name,) for
+    one tensor, (g, v) for a weight-normed weight to fold."""
+    for original in (".parametrizations.weight.original0", ".parametrizations.weight.original1"):
+        if key.endswith(original):
+            # HuBERT's positional conv: torch's current weight norm, or the older hook's g/v.
+            old = ".weight_g" if original.endswith("0") else ".weight_v"
+            return [(key,), (key[:-len(original)] + old,)]
+    name = _legacy_name(key, modules)
+    if name.startswith(("decoder_2.", "encoder.")) and name.endswith(".weight"):
+        stem = name[:-len(".weight")]
+        return [(stem + ".weight_g", stem + ".weight_v"), (name,)]      # boson's DAC: all WN
+    return [(name,)]
+
+
+def _from_legacy(tensors: Mapping[str, Tensor], expected: Iterable[str], cfg: HiggsCodecConfig,
+                 path: Path, in_scope) -> dict[str, Tensor]:
+    """Our state dict (keys `expected`) from boson's tensors, weight norm folded. Missing
+    tensors, and those of the file that `in_scope` claims but nothing read, raise
+    CheckpointError naming them by boson's names."""
+    modules = _legacy_modules(cfg)
+    out, missing, used = {}, [], set()
+    for key in expected:
+        options = _legacy_sources(key, modules)
+        sources = next((s for s in options if all(name in tensors for name in s)), None)
+        if sources is None:
+            missing.append(" + ".join(options[0]))
+            continue
+        used.update(sources)
+        if len(sources) == 2:
+            out[key] = _fold_pair(tensors[sources[0]], tensors[sources[1]])
+        else:
+            tensor = tensors[sources[0]]
+            out[key] = tensor.float() if tensor.is_floating_point() else tensor
+    unexpected = sorted(k for k in tensors if k not in used and in_scope(k))
+    if missing or unexpected:
+        parts = [f"{label}: {', '.join(keys)}" for label, keys in
+                 (("missing keys", missing), ("unexpected keys", unexpected)) if keys]
+        raise CheckpointError(f"{path} does not match boson-ai's codec layout; " + "; ".join(parts))
+    return out
+
+
+def _tensor_shape(tensors: Mapping[str, Tensor], path: Path, *names: str) -> tuple[int, ...]:
+    for name in names:
+        if name in tensors:
+            return tuple(tensors[name].shape)
+    raise CheckpointError(f"{path}: missing {names[0]}")
+
+
+def _legacy_config(raw: Mapping[str, Any], path: Path, tensors: Mapping[str, Tensor]) -> dict:
+    """The transformers config.json mapping equal to boson's config.json (`raw`, read with
+    HiggsAudioTokenizer's own defaults) over these tensors. boson's code fixes some widths
+    instead of configuring them (DAC decoder 1024 and encoder 64 channels, HuBERT base's
+    768 semantic features); they are read from the tensors' shapes, so a file of other
+    widths (the tests' tiny one) loads too."""
+    fields = ConfigFields(raw, path)
+    latent = fields.int("D", 128, low=1)
+    ratios = list(fields.ints("ratios", (8, 5, 4, 2)))
+    sample_rate = fields.int("sample_rate", 16000, low=1)
+    bins = fields.int("bins", 1024, low=2)           # a list there is boson's FSQ: not this codec
+    n_q = fields.int("n_q", 8, low=1)
+    codebook_dim = fields.int("codebook_dim", None, low=1)
+    if codebook_dim is None:
+        fields.fail("codebook_dim", "is missing: boson's RVQ then has no projections, which "
+                                    "this codec always has")
+    if fields.int("vq_scale", 1) != 1:
+        fields.fail("vq_scale", "must be 1: transformers' RVQ works at the full D + semantic width")
+    decoder_width = _tensor_shape(tensors, path, "decoder_2.model.0.weight_v", "decoder_2.model.0.weight")[0]
+    hidden = _tensor_shape(tensors, path, "quantizer.vq.layers.0.project_out.weight")[0]
+    if hidden <= latent:
+        raise CheckpointError(f"{path}: the RVQ is {hidden} wide, which leaves no semantic "
+                              f"features beside config.json's D {latent}")
+    encoder_width = (_tensor_shape(tensors, path, "encoder.block.0.weight_v", "encoder.block.0.weight")[0]
+                     if any(k.startswith("encoder.block.0.") for k in tensors) else 64)
+    # transformers derives the codebook count from the top bandwidth (kbps): the bandwidth of
+    # n_q codebooks, half a bit per second above it so float rounding cannot floor it to n_q - 1.
+    frame_rate = math.ceil(sample_rate / math.prod(ratios))
+    bandwidth = (n_q * frame_rate * math.ceil(math.log2(bins)) + 0.5) / 1000
+    return {"model_type": MODEL_TYPE, "sample_rate": sample_rate, "codebook_size": bins,
+            "codebook_dim": codebook_dim, "target_bandwidths": [bandwidth],
+            "semantic_sample_rate": fields.int("semantic_sample_rate", 16000, low=1),
+            "acoustic_model_config": {"model_type": "dac", "encoder_hidden_size": encoder_width,
+                                      "downsampling_ratios": ratios, "upsampling_ratios": ratios,
+                                      "decoder_hidden_size": decoder_width, "hidden_size": latent},
+            "semantic_model_config": {"model_type": "hubert", "hidden_size": hidden - latent}}
 
 
 def decoder_graph(decoder: HiggsCodecDecoder, max_batch: int = 8, max_frames: int = 1500):
@@ -411,21 +722,68 @@ def _tokenizer_classes():
     return _tokenizer_module().HiggsAudioV2TokenizerModel, HiggsAudioV2TokenizerConfig
 
 
+def _legacy_tokenizer_model(raw: Mapping[str, Any], config_path: Path, weights_path: Path):
+    """(config, transformers' HiggsAudioV2TokenizerModel) from boson's layout: the model is
+    built from the equivalent transformers config and every tensor of the file is mapped
+    onto it and loaded strictly. The semantic model's architecture is not in the file
+    or in boson's config.json, only its weights: boson's code builds it from the hub by
+    semantic_techer, and its two HuBERT teachers are HuBERT base, transformers' default
+    HubertConfig (the one transformers' own conversion of this file uses). Other teachers
+    (WavLM), and HuBERTs of other widths, raise CheckpointError."""
+    tensors = _read_legacy_weights(weights_path)
+    derived = _legacy_config(raw, config_path, tensors)
+    cfg = _config_from(derived, config_path)
+    fields = ConfigFields(raw, config_path)
+    fields.str("semantic_techer", "hubert_base_general", choices=_BOSON_TEACHERS)
+    fields.str("downsample_mode", "step_down", choices=("step_down",))   # transformers' way
+    fields.str("merge_mode", "concat", choices=("concat",))
+    model_class, config_class = _tokenizer_classes()
+    semantic = derived["semantic_model_config"]
+    if semantic["hidden_size"] != _SEMANTIC_HIDDEN_DEFAULT:
+        raise CheckpointError(f"{weights_path}: the semantic features are {semantic['hidden_size']} "
+                              f"wide, not HuBERT base's {_SEMANTIC_HIDDEN_DEFAULT}: encoding needs "
+                              f"boson's HuBERT base teacher (decoding does not)")
+    if "semantic_model.masked_spec_embed" in tensors:
+        # Training-only (SpecAugment); HubertConfig's default masking creates it.
+        semantic["mask_time_prob"] = 0.05
+    try:
+        config = config_class(**derived)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{config_path}: no transformers config follows from it ({exc})") from None
+    with _no_init_weights():        # every tensor is loaded next: skip the random init
+        model = model_class(config)
+    weights = _from_legacy(tensors, model.state_dict(), cfg, weights_path, lambda key: True)
+    load_strict(model, weights, f"{weights_path} (as transformers' HiggsAudioV2TokenizerModel)")
+    return cfg, model
+
+
+def _no_init_weights():
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:             # another transformers: initialising only costs time
+        return contextlib.nullcontext()
+    return no_init_weights()
+
+
 # --- encoder -----------------------------------------------------------------------------
 
 class HiggsCodecEncoder:
     """Reference audio -> codes, for voice cloning: transformers' HiggsAudioV2TokenizerModel
-    loaded once from the local folder (never downloaded), the decode-only parts dropped."""
+    loaded once from the local folder (never downloaded), the decode-only parts dropped.
+    A folder in boson-ai's layout is mapped onto that model (_legacy_tokenizer_model)."""
 
     def __init__(self, codec_dir: str | Path, device: str | torch.device = "cpu") -> None:
         root = require_dir(codec_dir, _WHAT)
-        require_files(root, (CONFIG_FILE, WEIGHTS_FILE), _WHAT)
-        self.cfg = _read_config(root / CONFIG_FILE)
-        model_class, _ = _tokenizer_classes()
-        try:
-            model = model_class.from_pretrained(str(root), local_files_only=True)
-        except (OSError, ValueError, RuntimeError) as exc:
-            raise CheckpointError(f"{root}: transformers cannot load the codec ({exc})") from None
+        raw, weights_path = _codec_files(root)
+        if weights_path.name == LEGACY_WEIGHTS_FILE:
+            self.cfg, model = _legacy_tokenizer_model(raw, root / CONFIG_FILE, weights_path)
+        else:
+            self.cfg = _config_from(raw, root / CONFIG_FILE)
+            model_class, _ = _tokenizer_classes()
+            try:
+                model = model_class.from_pretrained(str(root), local_files_only=True)
+            except (OSError, ValueError, RuntimeError) as exc:
+                raise CheckpointError(f"{root}: transformers cannot load the codec ({exc})") from None
         # encode() never touches these; dropping them frees the decoder's memory.
         for name in ("acoustic_decoder", "decoder_semantic", "fc1", "fc2"):
             setattr(model, name, nn.Identity())
@@ -511,14 +869,8 @@ def _random_tensor(key: str, shape: tuple[int, ...], generator: torch.Generator)
     return randn(*shape) * (gain / math.sqrt(fan_in))
 
 
-def write_random_codec(out_dir: str | Path, size: str = "tiny", seed: int = 0) -> Path:
-    """A codec folder (config.json, model.safetensors, preprocessor_config.json) with seeded
-    random weights that transformers' HiggsAudioV2TokenizerModel and load_codec_decoder
-    both load. size "tiny" (small widths, 1-layer HuBERT: tests) or "released" (the
-    released widths: benchmarks). Returns the folder."""
-    from safetensors.torch import save_file
-
-    out = Path(out_dir)
+def _random_codec(size: str, seed: int) -> tuple[dict, dict[str, Tensor]]:
+    """(config.json mapping, state dict) of a random codec in transformers' names."""
     config = codec_config_dict(size)
     model_class, config_class = _tokenizer_classes()
     # The key set and shapes are transformers' own, taken from a weightless instance.
@@ -530,11 +882,61 @@ def write_random_codec(out_dir: str | Path, size: str = "tiny", seed: int = 0) -
     for key in [k for k in tensors if k.endswith("codebook.embed_avg")]:
         tensors[key] = tensors[key[:-len("_avg")]].clone()
     _calibrate_output(tensors, HiggsCodecConfig.from_dict(config), generator)
+    return config, tensors
+
+
+def write_random_codec(out_dir: str | Path, size: str = "tiny", seed: int = 0) -> Path:
+    """A codec folder (config.json, model.safetensors, preprocessor_config.json) with seeded
+    random weights that transformers' HiggsAudioV2TokenizerModel and load_codec_decoder
+    both load. size "tiny" (small widths, 1-layer HuBERT: tests) or "released" (the
+    released widths: benchmarks). Returns the folder."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    config, tensors = _random_codec(size, seed)
     out.mkdir(parents=True, exist_ok=True)
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     (out / PREPROCESSOR_FILE).write_text(json.dumps(_PREPROCESSOR, indent=2) + "\n")
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / WEIGHTS_FILE),
               metadata={"format": "pt"})
+    return out
+
+
+def write_legacy_codec(out_dir: str | Path, size: str = "tiny", seed: int = 0) -> Path:
+    """The codec write_random_codec(out_dir, size, seed) writes, the same weights, in
+    boson-ai's standalone layout: config.json with HiggsAudioTokenizer's arguments (as the
+    released one has them) and model.pth, boson's names, the DAC convs weight-normed as
+    (weight_g, weight_v). Returns the folder."""
+    out = Path(out_dir)
+    config, tensors = _random_codec(size, seed)
+    acoustic = config["acoustic_model_config"]
+    if acoustic["downsampling_ratios"] != acoustic["upsampling_ratios"]:
+        raise ValueError("boson's layout has one `ratios` for the DAC encoder and decoder")
+    cfg = HiggsCodecConfig.from_dict(config)
+    modules = _legacy_modules(cfg)
+    # g is each output row's norm and v the row times a random power of two: folding
+    # g * v / ||v|| back is a real computation, as for boson's file, and an exact one
+    # (scaling by 2^k rounds nothing, and ||v|| is then exactly 2^k ||row||).
+    generator = torch.Generator().manual_seed(seed)
+    # HuBERT's positional conv keeps torch's parametrizations names: transformers' conversion
+    # of boson's file loads its semantic_model tensors into HubertModel unrenamed.
+    legacy = {}
+    for key, tensor in tensors.items():
+        names = _legacy_sources(key, modules)[0]
+        if len(names) == 2:
+            rows = (tensor.shape[0],) + (1,) * (tensor.ndim - 1)
+            dims = _norm_dims(rows, tuple(tensor.shape))
+            legacy[names[0]] = torch.linalg.vector_norm(tensor, dim=dims, keepdim=True)
+            legacy[names[1]] = tensor * torch.randint(-2, 3, rows, generator=generator).float().exp2()
+        else:
+            legacy[names[0]] = tensor
+    boson_config = {"n_filters": 32, "D": acoustic["hidden_size"], "codebook_dim": cfg.codebook_dim,
+                    "target_bandwidths": [0.5, 1, 1.5, 2, 4], "ratios": acoustic["upsampling_ratios"],
+                    "sample_rate": cfg.sample_rate, "bins": cfg.codebook_size,
+                    "n_q": cfg.num_quantizers, "semantic_techer": "hubert_base_general"}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / CONFIG_FILE).write_text(json.dumps(boson_config, indent=2) + "\n")
+    torch.save({k: v.contiguous() for k, v in legacy.items()}, out / LEGACY_WEIGHTS_FILE)
     return out
 
 

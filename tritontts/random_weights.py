@@ -66,3 +66,16 @@ def write_qwen2_tokenizer(out: Path, special_tokens: tuple[str, ...], corpus: st
                                  for token, i in ids.items()},
     }, indent=2, ensure_ascii=False), encoding="utf-8")
     return ids
+
+
+def random_checkpoint_cli(doc: str, sizes, write, argv=None) -> None:
+    """`python -m tritontts.<family>.random_checkpoint OUT [--size S] [--seed N]`: the
+    family's writer `write(out, seed, size)`, the path printed."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out")
+    parser.add_argument("--size", choices=sorted(sizes), default="tiny")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    print(write(args.out, args.seed, args.size))

@@ -143,6 +143,16 @@ def number_param(params: dict[str, Any], name: str, default: float | None,
     return float(value)
 
 
+def int_param(params: dict[str, Any], name: str, low: int, high: int) -> int | None:
+    """An integer parameter within [low, high], or None when absent/null."""
+    value = params.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidRequest(f"{name} must be an integer from {low} to {high}, got {value!r}")
+    return value
+
+
 def seed_param(params: dict[str, Any]) -> int | None:
     value = params.get("seed")
     if value is None:

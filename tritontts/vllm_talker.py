@@ -22,7 +22,7 @@ import logging
 import os
 import queue
 import threading
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Iterator
 
 from .stage import EngineStage, StageContext
 
@@ -53,6 +53,12 @@ class VllmTalkerStage(EngineStage):
         raise NotImplementedError
 
     def engine_extras(self) -> dict[str, Any]:
+        """Beyond model.json. An in-process talker's model keeps per-request state
+        (tritontts.vllm_frames): it needs the RowTracker, and takes token ids, not text."""
+        if self.in_process:
+            from .vllm_frames import ROW_TRACKER
+
+            return {"skip_tokenizer_init": True, "logits_processors": [ROW_TRACKER]}
         return {}
 
     async def _create(self, model: str, args: dict[str, Any]):
@@ -196,3 +202,18 @@ class InprocEngine:
     def shutdown(self) -> None:
         self.commands.put(("stop",))
         self.thread.join(timeout=30)
+
+
+def chunk_sizes(chunk_frames: int = 25, initial_chunk_frames: int = 0,
+                growth: int | None = None) -> Iterator[int]:
+    """Frames per chunk of a stream, in order, without end: a first chunk of
+    initial_chunk_frames when 0 < initial_chunk_frames < chunk_frames, then chunk_frames
+    each (vLLM-Omni's qwen3_tts boundaries) or, with `growth`, each chunk `growth` times
+    the one before, up to chunk_frames."""
+    if chunk_frames <= 0 or not 0 <= initial_chunk_frames <= chunk_frames or (growth or 2) < 2:
+        raise ValueError(f"need chunk_frames > 0, 0 <= initial_chunk_frames <= chunk_frames "
+                         f"and growth >= 2 if given, got {chunk_frames}, {initial_chunk_frames}, {growth}")
+    size = initial_chunk_frames if 0 < initial_chunk_frames < chunk_frames else chunk_frames
+    while True:
+        yield size
+        size = min(chunk_frames, size * growth) if growth else chunk_frames

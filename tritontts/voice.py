@@ -114,3 +114,34 @@ def voice_features_param(value: Any) -> bytes:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidRequest("voice_features must be base64 text") from None
+
+
+MAX_REF_TEXT_CHARS = 4096
+
+
+def transcribed_reference(params: dict[str, Any], family_label: str
+                          ) -> tuple[bytes | None, str | None, bytes | None]:
+    """(ref_audio, ref_text, voice_features) of a family that clones from a recording and its
+    transcript, checked together: the two come together, and a stored voice replaces both
+    (its transcript is stored with it)."""
+    from .stage import audio_param
+
+    ref_audio = audio_param(params["ref_audio"]) if params.get("ref_audio") is not None else None
+    ref_text = params.get("ref_text")
+    if ref_text is not None:
+        if not isinstance(ref_text, str) or not ref_text.strip():
+            raise InvalidRequest("ref_text must be non-empty text: the transcript of ref_audio")
+        if len(ref_text) > MAX_REF_TEXT_CHARS:
+            raise InvalidRequest(f"ref_text is {len(ref_text)} characters; the limit is {MAX_REF_TEXT_CHARS}")
+        ref_text = ref_text.strip()
+    features = (voice_features_param(params[VOICE_FEATURES])
+                if params.get(VOICE_FEATURES) is not None else None)
+    if features is not None and (ref_audio is not None or ref_text is not None):
+        raise InvalidRequest("a stored voice (voice_features) replaces ref_audio and ref_text; "
+                             "send one or the other")
+    if ref_audio is not None and ref_text is None:
+        raise InvalidRequest(f"ref_audio needs ref_text, its transcript ({family_label} clones from "
+                             "the recording and what it says)")
+    if ref_text is not None and ref_audio is None:
+        raise InvalidRequest("ref_text is the transcript of ref_audio: send ref_audio with it")
+    return ref_audio, ref_text, features

@@ -7,12 +7,12 @@ speed. `python -m tritontts.cosyvoice3.random_checkpoint OUT_DIR [--size full]` 
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ..random_weights import random_checkpoint_cli
 from .checkpoint import TEXT_MODEL_DIR
 from .talker import SPEECH_VOCAB
 
@@ -251,12 +251,7 @@ def write_random_checkpoint(out: str | Path, seed: int = 0, size: str = "tiny") 
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("out")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
-    args = parser.parse_args(argv)
-    print(write_random_checkpoint(args.out, args.seed, args.size))
+    random_checkpoint_cli(__doc__, SIZES, write_random_checkpoint, argv)
 
 
 if __name__ == "__main__":

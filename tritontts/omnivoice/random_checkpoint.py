@@ -12,13 +12,12 @@ measuring speed.
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import torch
 
-from ..random_weights import randomize, save_safetensors, write_qwen2_tokenizer
+from ..random_weights import randomize, save_safetensors, write_qwen2_tokenizer, random_checkpoint_cli
 from .checkpoint import CODEC_DIR, CONFIG_FILE, CONTROL_TOKENS, WEIGHTS_FILE, parse_config
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>") + CONTROL_TOKENS
@@ -73,12 +72,7 @@ def write_random_checkpoint(out: str | Path, seed: int = 0, size: str = "tiny") 
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out")
-    parser.add_argument("--size", choices=sorted(BACKBONES), default="tiny")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    print(write_random_checkpoint(args.out, args.seed, args.size))
+    random_checkpoint_cli(__doc__, BACKBONES, write_random_checkpoint, argv)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..stage import InvalidRequest, audio_param, number_param, reject_unknown, seed_param
-from ..voice import VOICE_FEATURES, voice_features_param
+from ..stage import InvalidRequest, number_param, reject_unknown, seed_param
+from ..voice import VOICE_FEATURES, transcribed_reference
 from .text import resolve_instructions, resolve_language
 
 KNOWN = frozenset({"language", "instructions", "ref_audio", "ref_text", VOICE_FEATURES, "speed",
@@ -68,18 +68,7 @@ def parse_omnivoice_params(params: dict[str, Any]) -> OmniVoiceParams:
     steps = params.get("num_steps", DEFAULT_STEPS)
     if isinstance(steps, bool) or not isinstance(steps, int) or not MIN_STEPS <= steps <= MAX_STEPS:
         raise InvalidRequest(f"num_steps must be an integer from {MIN_STEPS} to {MAX_STEPS}, got {steps!r}")
-    ref_audio = audio_param(params["ref_audio"]) if params.get("ref_audio") is not None else None
-    ref_text = _text_field(params, "ref_text")
-    features = (voice_features_param(params[VOICE_FEATURES])
-                if params.get(VOICE_FEATURES) is not None else None)
-    if features is not None and (ref_audio is not None or ref_text is not None):
-        raise InvalidRequest("a stored voice (voice_features) replaces ref_audio and ref_text; "
-                             "send one or the other")
-    if ref_audio is not None and ref_text is None:
-        raise InvalidRequest("ref_audio needs ref_text, its transcript (OmniVoice clones from "
-                             "the recording and what it says)")
-    if ref_text is not None and ref_audio is None:
-        raise InvalidRequest("ref_text is the transcript of ref_audio: send ref_audio with it")
+    ref_audio, ref_text, features = transcribed_reference(params, "OmniVoice")
     instructions = _text_field(params, "instructions")
     # Checked here for the front's 400; the stage resolves them again against the text
     # (Chinese text turns the attributes into their Chinese forms).

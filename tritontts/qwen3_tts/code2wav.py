@@ -31,7 +31,7 @@ import json
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -39,10 +39,11 @@ from torch import Tensor, nn
 
 from ..checkpoint import CheckpointError, load_strict, require_dir, require_files
 from ..qwen3 import RMSNorm, rotate
+from ..vllm_talker import chunk_sizes
 
 __all__ = [
     "Code2WavConfig", "Qwen3TTSCode2Wav", "load_code2wav", "decode_chunk", "decode_streaming",
-    "plan_chunks", "chunk_sizes", "CONFIG_FILE", "WEIGHTS_FILE", "STATE_DICT_PREFIX",
+    "plan_chunks", "CONFIG_FILE", "WEIGHTS_FILE", "STATE_DICT_PREFIX",
 ]
 
 CONFIG_FILE = "config.json"
@@ -557,21 +558,6 @@ def decode_chunk(module: Qwen3TTSCode2Wav, codes_window: Tensor, left_context_fr
     keep = new + min(left_context_frames, module.conv_context_frames)
     audio = module.vocode(latents[..., total - keep:])
     return audio[..., audio.shape[-1] - new * module.samples_per_frame:]
-
-
-def chunk_sizes(chunk_frames: int = 25, initial_chunk_frames: int = 0,
-                growth: int | None = None) -> Iterator[int]:
-    """Frames per chunk of a stream, in order, without end: a first chunk of
-    initial_chunk_frames when 0 < initial_chunk_frames < chunk_frames, then chunk_frames
-    each (vLLM-Omni's qwen3_tts boundaries) or, with `growth`, each chunk `growth` times
-    the one before, up to chunk_frames."""
-    if chunk_frames <= 0 or not 0 <= initial_chunk_frames <= chunk_frames or (growth or 2) < 2:
-        raise ValueError(f"need chunk_frames > 0, 0 <= initial_chunk_frames <= chunk_frames "
-                         f"and growth >= 2 if given, got {chunk_frames}, {initial_chunk_frames}, {growth}")
-    size = initial_chunk_frames if 0 < initial_chunk_frames < chunk_frames else chunk_frames
-    while True:
-        yield size
-        size = min(chunk_frames, size * growth) if growth else chunk_frames
 
 
 def plan_chunks(total_frames: int, chunk_frames: int = 25, initial_chunk_frames: int = 0,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..sampling import sampling_overrides
-from ..stage import InvalidRequest, audio_param, reject_unknown, seed_param
+from ..stage import InvalidRequest, int_param, audio_param, reject_unknown, seed_param
 from ..voice import VOICE_FEATURES, voice_features_param
 from .checkpoint import AUTO_LANGUAGE, KIND_OF_TASK, TASK_OF_KIND
 
@@ -91,15 +91,6 @@ def _text(params: dict[str, Any], name: str, limit: int) -> str | None:
     if len(value) > limit:
         raise InvalidRequest(f"{name} is {len(value)} characters; the limit is {limit}")
     return value or None
-
-
-def _int(params: dict[str, Any], name: str, low: int, high: int) -> int | None:
-    value = params.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidRequest(f"{name} must be an integer from {low} to {high}, got {value!r}")
-    return value
 
 
 def _embedding(value: Any) -> tuple[float, ...] | None:
@@ -166,8 +157,8 @@ def parse_qwen3_tts_params(params: dict[str, Any]) -> Qwen3TTSParams:
     return Qwen3TTSParams(
         task_type=task, instructions=instructions, language=language, ref_audio=ref_audio,
         ref_text=ref_text, x_vector_only_mode=bool(x_vector_only), speaker_embedding=embedding,
-        max_new_tokens=_int(params, "max_new_tokens", 1, MAX_NEW_TOKENS), seed=seed_param(params),
-        initial_codec_chunk_frames=_int(params, "initial_codec_chunk_frames", 1, MAX_INITIAL_CHUNK_FRAMES),
+        max_new_tokens=int_param(params, "max_new_tokens", 1, MAX_NEW_TOKENS), seed=seed_param(params),
+        initial_codec_chunk_frames=int_param(params, "initial_codec_chunk_frames", 1, MAX_INITIAL_CHUNK_FRAMES),
         voice_features=features, non_streaming_mode=bool(non_streaming),
         sampling=sampling_overrides(params, SAMPLING_KNOBS))
 

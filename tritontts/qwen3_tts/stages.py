@@ -25,9 +25,9 @@ from ..stage import (AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs, In
                      Stage, StageContext, begin_request, parse_params)
 from .. import sampling
 from ..sampling import SAMPLING
-from ..vllm_talker import VllmTalkerStage
+from ..vllm_talker import VllmTalkerStage, chunk_sizes
 from ..voice import checkpoint_fingerprint, pack_voice, unpack_voice
-from .code2wav import chunk_sizes
+
 from .checkpoint import Qwen3TTSCheckpoint, open_checkpoint
 from .family import FAMILY
 from .prompt import TextTokenizer, base_prompt, custom_voice_prompt, voice_design_prompt
@@ -236,11 +236,6 @@ class Qwen3TTSTalkerStage(VllmTalkerStage):
 
     def model_path(self) -> str:
         return str(self.talker_dir)
-
-    def engine_extras(self) -> dict[str, Any]:
-        from ..vllm_frames import ROW_TRACKER
-
-        return {"skip_tokenizer_init": True, "logits_processors": [ROW_TRACKER]}
 
     async def run(self, inputs: Inputs) -> AsyncIterator[dict[str, Any]]:
         from vllm import SamplingParams

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
@@ -26,6 +25,7 @@ import torch
 from torch import nn
 
 from ..checkpoint import cache_root as checkpoint_cache_root
+from ..checkpoint import publish_dir
 from ..vllm_frames import FrameStream, FrameTalker
 from .checkpoint import TALKER_PREFIX, WEIGHTS_FILE, DecoderShape, Qwen3TTSCheckpoint
 from .talker import CodePredictor, TopKTopPSampler, greedy, predict_frame
@@ -68,17 +68,12 @@ def prepare_vllm_talker(checkpoint: Qwen3TTSCheckpoint, cache_root: str | Path |
         "num_code_groups": t.num_code_groups,
         PREDICTOR_KEY: asdict(t.code_predictor),
     }
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "config.json").write_text(json.dumps(config, indent=2))
-    (tmp / WEIGHTS_FILE).symlink_to(weights.resolve())
-    try:
-        tmp.rename(out)
-    except OSError:  # another instance made it first
-        for f in tmp.iterdir():
-            f.unlink()
-        tmp.rmdir()
-    return out
+
+    def fill(folder: Path) -> None:
+        (folder / "config.json").write_text(json.dumps(config, indent=2))
+        (folder / WEIGHTS_FILE).symlink_to(weights.resolve())
+
+    return publish_dir(out, fill)
 
 
 class Qwen3TTSTalkerForVllm(nn.Module, FrameTalker):
