@@ -23,12 +23,12 @@ import argparse
 import gc
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 
 from tritontts.benchmark.arms import enter_arm, report_arm, run_arm
+from tritontts.benchmark.served import measure_served
 from tritontts.testing.stack import REPO
 
 TEXTS = ["Hello there, how are you today?", "The birch canoe slid on the smooth planks.",
@@ -96,44 +96,11 @@ def reference_speed(checkpoint, frames: int, steps: int, batches=(1, 8)) -> dict
 
 
 def serving(checkpoint_dir: Path) -> None:
-    import httpx
-
-    from tritontts.testing.stack import Stack
-
-    tmp = REPO / ".cache" / "bench-omnivoice"
-    tmp.mkdir(parents=True, exist_ok=True)
     # A segment's audio comes whole after all its unmasking steps: minutes at this size on a
     # CPU, longer than the front's default 120 s without audio before it calls a stage hung.
-    stack = Stack(tmp, ("omnivoice",), {"omnivoice": checkpoint_dir},
-                  extra_args=("--stall-timeout", "3600")).start(timeout=1800)
-
-    def one(k: int, steps: int | None = None):
-        start, first, size = time.perf_counter(), None, 0
-        body = {"model": "omnivoice", "input": TEXTS[k % len(TEXTS)], "stream_format": "audio",
-                "response_format": "pcm", "seed": k, "language": "en"}
-        if steps:
-            body["num_steps"] = steps
-        with httpx.stream("POST", stack.url + "/v1/audio/speech", timeout=3600, json=body) as r:
-            r.raise_for_status()
-            for piece in r.iter_bytes():
-                first = first or time.perf_counter() - start
-                size += len(piece)
-        return first, size / 2 / 24000, time.perf_counter() - start
-
-    try:
-        one(0, steps=4)  # warm-up
-        for concurrency in (1, 4):
-            with ThreadPoolExecutor(concurrency) as pool:
-                start = time.perf_counter()
-                results = list(pool.map(one, range(concurrency)))
-                wall = time.perf_counter() - start
-            audio = sum(r[1] for r in results)
-            ttfa = sorted(r[0] for r in results)[len(results) // 2]
-            print(f"served, concurrency {concurrency}: time to first audio (median) {ttfa:.2f} s, "
-                  f"{audio:.1f} s of audio in {wall:.1f} s (RTF {wall / audio * concurrency:.2f} "
-                  f"per stream, {audio / wall:.2f} audio-s/s)", flush=True)
-    finally:
-        stack.stop()
+    measure_served("omnivoice", checkpoint_dir, lambda k: {
+        "input": TEXTS[k % len(TEXTS)], "seed": k, "language": "en"},
+        stall_timeout=3600, warmup={"num_steps": 4})
 
 
 def main() -> None:

@@ -19,12 +19,12 @@ import argparse
 import gc
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 
 from tritontts.benchmark.arms import enter_arm, report_arm, run_arm
+from tritontts.benchmark.served import measure_served
 from tritontts.testing.stack import REPO
 
 TEXTS = ["Hello there, how are you today?", "The birch canoe slid on the smooth planks.",
@@ -127,39 +127,8 @@ def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]
 
 
 def serving(checkpoint_dir: Path, frames: int) -> None:
-    import httpx
-
-    from tritontts.testing.stack import Stack
-
-    tmp = REPO / ".cache" / "bench-qwen3-tts"
-    tmp.mkdir(parents=True, exist_ok=True)
-    stack = Stack(tmp, ("qwen3_tts",), {"qwen3_tts": checkpoint_dir}).start(timeout=1800)
-
-    def one(k: int):
-        start, first, size = time.perf_counter(), None, 0
-        with httpx.stream("POST", stack.url + "/v1/audio/speech", timeout=3600, json={
-                "model": "qwen3_tts", "input": TEXTS[k % len(TEXTS)], "stream_format": "audio",
-                "response_format": "pcm", "seed": k, "max_new_tokens": frames}) as r:
-            r.raise_for_status()
-            for piece in r.iter_bytes():
-                first = first or time.perf_counter() - start
-                size += len(piece)
-        return first, size / 2 / 24000, time.perf_counter() - start
-
-    try:
-        one(0)  # warm-up
-        for concurrency in (1, 4):
-            with ThreadPoolExecutor(concurrency) as pool:
-                start = time.perf_counter()
-                results = list(pool.map(one, range(concurrency)))
-                wall = time.perf_counter() - start
-            audio = sum(r[1] for r in results)
-            ttfa = sorted(r[0] for r in results)[len(results) // 2]
-            print(f"served, concurrency {concurrency}: time to first audio (median) {ttfa:.2f} s, "
-                  f"{audio:.1f} s of audio in {wall:.1f} s (RTF {wall / audio * concurrency:.2f} "
-                  f"per stream, {audio / wall:.2f} audio-s/s)", flush=True)
-    finally:
-        stack.stop()
+    measure_served("qwen3_tts", checkpoint_dir, lambda k: {
+        "input": TEXTS[k % len(TEXTS)], "seed": k, "max_new_tokens": frames})
 
 
 def main() -> None:

@@ -62,6 +62,7 @@ GPU_STAGES: dict[str, GpuStage] = {
     # all of a batch's segments.
     "omnivoice_generator": GpuStage(count=1, max_batch_size=16),
     "omnivoice_decoder": GpuStage(count=2, max_batch_size=16),
+    "higgs_audio_v2_decoder": GpuStage(count=2, max_batch_size=16),
     # The piper stage picks its onnxruntime providers itself (tritontts/piper/vits.py): on
     # a GPU instance it gains only once that code asks for the CUDA provider.
     "piper_vits": GpuStage(count=2, max_batch_size=16),
@@ -82,6 +83,8 @@ CPU_STAGES: dict[str, str] = {
     "omnivoice_prompt": ("per request it only tokenizes text and estimates durations; its "
                          "codec encoder runs once per new reference, whose codes are cached "
                          "by content"),
+    "higgs_audio_v2_prompt": ("per request it only tokenizes text; its codec encoder runs "
+                              "once per new reference, whose codes are cached by content"),
 }
 
 # GPU stages that must stay one instance on the first listed GPU, and why.
@@ -96,7 +99,7 @@ ONE_INSTANCE: dict[str, str] = {
 GPU_PARAMETERS: dict[str, dict[str, str]] = {
     stage: {"runtime": "tensorrt,onnxruntime,torch", "precision": "fp16"}
     for stage in ("cosyvoice3_flow", "cosyvoice3_hift", "qwen3_tts_code2wav",
-                  "omnivoice_generator", "omnivoice_decoder")
+                  "omnivoice_generator", "omnivoice_decoder", "higgs_audio_v2_decoder")
 }
 
 
@@ -122,6 +125,10 @@ TALKERS: dict[str, Talker] = {
     # reads which request each row is, builds frame embeddings, runs the code predictor),
     # which a captured CUDA graph would replay without running.
     "qwen3_tts_talker": Talker(share=0.3, cuda_graphs=False),
+    # The same per-row Python (it samples the 8 codebooks inside compute_logits); a 3B
+    # model: 6.4 GB of bf16 weights, the rest of its share KV cache (28 layers x 8 KV heads
+    # x 128: 112 KiB per token in bf16).
+    "higgs_audio_v2_talker": Talker(share=0.2, cuda_graphs=False),
 }
 
 

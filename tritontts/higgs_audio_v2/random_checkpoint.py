@@ -97,9 +97,12 @@ def config_dict(size: str, ids: dict[str, int]) -> dict:
     }
 
 
-def random_state(config: dict, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Every tensor of transformers' HiggsAudioV2ForConditionalGeneration(use_text_head=True):
-    norm scales near 1, weights small (scaled so activations stay O(1) through the stack)."""
+def random_state(config: dict, generator: torch.Generator,
+                 dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """Every tensor of transformers' HiggsAudioV2ForConditionalGeneration(use_text_head=True),
+    in `dtype`: norm scales near 1, weights small (scaled so activations stay O(1) through
+    the stack). Each is cast as it is made: the released size (3.2 B values) then never
+    holds all of them in float32 at once."""
     h, inter, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
     heads, kv, hd = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
     shapes = {"self_attn.q_proj.weight": (heads * hd, h), "self_attn.k_proj.weight": (kv * hd, h),
@@ -110,18 +113,21 @@ def random_state(config: dict, generator: torch.Generator) -> dict[str, torch.Te
     audio_rows = config["num_codebooks"] * config["codebook_size"]
 
     def weight(*shape):
-        return torch.randn(shape, generator=generator) * (shape[-1] ** -0.5)
+        return (torch.randn(shape, generator=generator) * (shape[-1] ** -0.5)).to(dtype)
 
     def norm():
-        return 1.0 + 0.1 * torch.randn(h, generator=generator)
+        return (1.0 + 0.1 * torch.randn(h, generator=generator)).to(dtype)
 
-    state = {"model.embed_tokens.weight": torch.randn(config["vocab_size"], h, generator=generator)}
+    def table(rows):
+        return torch.randn(rows, h, generator=generator).to(dtype)
+
+    state = {"model.embed_tokens.weight": table(config["vocab_size"])}
     for i in range(layers):
         for name in LAYER_TENSORS:
             key = f"model.layers.{i}.{name}"
             state[key] = norm() if name.endswith("layernorm.weight") else weight(*shapes[name])
     state["model.norm.weight"] = norm()
-    state["model.embed_audio_tokens.embed_audio_tokens.weight"] = torch.randn(audio_rows, h, generator=generator)
+    state["model.embed_audio_tokens.embed_audio_tokens.weight"] = table(audio_rows)
     # Logits of a few units, so that sampling is neither uniform nor one-hot.
     state["audio_lm_head.weight"] = 3.0 * weight(audio_rows, h)
     state["text_lm_head.weight"] = weight(config["vocab_size"], h)
@@ -146,8 +152,9 @@ def write_random_checkpoint(out: str | Path, seed: int = 0, size: str = "tiny",
                   "pad_token_id": config["pad_token_id"], "ras_win_len": 7,
                   "ras_win_max_num_repeat": 2, **(sampling or {})}
     (out / GENERATION_FILE).write_text(json.dumps(generation, indent=2), encoding="utf-8")
-    state = random_state(config, torch.Generator().manual_seed(seed))
-    save_safetensors(state, out / WEIGHTS_FILE, torch.float32 if size == "tiny" else torch.bfloat16)
+    # The released weights are bfloat16; tiny ones stay float32 so parity tests are exact.
+    dtype = torch.float32 if size == "tiny" else torch.bfloat16
+    save_safetensors(random_state(config, torch.Generator().manual_seed(seed), dtype), out / WEIGHTS_FILE, dtype)
     write_random_codec(out / CODEC_DIR, size=size, seed=seed + 1)
     return out
 
