@@ -125,9 +125,9 @@ TALKERS: dict[str, Talker] = {
     # reads which request each row is, builds frame embeddings, runs the code predictor),
     # which a captured CUDA graph would replay without running.
     "qwen3_tts_talker": Talker(share=0.3, cuda_graphs=False),
-    # The same per-row Python (it samples the 8 codebooks inside compute_logits); a 3B
-    # model: 6.4 GB of bf16 weights, the rest of its share KV cache (28 layers x 8 KV heads
-    # x 128: 112 KiB per token in bf16).
+    # The same per-row Python (it samples the 8 codebooks inside compute_logits). DualFFN
+    # makes the "3B" 5.8 B parameters: 11.5 GB of bf16 weights, the rest of its share KV
+    # cache (28 layers x 8 KV heads x 128: 112 KiB per token in bf16).
     "higgs_audio_v2_talker": Talker(share=0.2, cuda_graphs=False),
 }
 

@@ -51,6 +51,7 @@ REQUIRED_FILES = (CONFIG_FILE, TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, f"{CODEC_D
 # single-file layout (model.pth; tritontts/higgs_codec.py reads both).
 CODEC_WEIGHTS = ("model.safetensors", "model.pth")
 MODEL_TYPE = "higgs_audio_v2"
+DTYPES = ("float32", "bfloat16", "float16")
 WHAT = "higgs-audio v2"
 
 # Tokens the prompt is built from, by their text (the tokenizer gives their ids).
@@ -130,6 +131,7 @@ class HiggsAudioV2Config:
     audio_stream_bos_id: int
     audio_stream_eos_id: int
     eos_token_id: int
+    dtype: str = "float32"           # the weights' dtype (config.json's dtype / torch_dtype)
 
     @property
     def codes(self) -> int:
@@ -184,7 +186,8 @@ def parse_config(data, path: Path) -> HiggsAudioV2Config:
         audio_bos_token_id=f.int("audio_bos_token_id", 128013, low=0),
         audio_delay_token_id=f.int("audio_delay_token_id", 128014, low=0),
         audio_stream_bos_id=f.int("audio_stream_bos_id", 1024, low=1),
-        audio_stream_eos_id=f.int("audio_stream_eos_id", 1025, low=1), eos_token_id=eos)
+        audio_stream_eos_id=f.int("audio_stream_eos_id", 1025, low=1), eos_token_id=eos,
+        dtype=f.str("dtype", None, choices=DTYPES) or f.str("torch_dtype", "float32", choices=DTYPES))
     for name in ("audio_stream_bos_id", "audio_stream_eos_id"):
         if getattr(cfg, name) >= cfg.codebook_size:
             f.fail("codebook_size", f"({cfg.codebook_size}) must hold {name} ({getattr(cfg, name)}): "

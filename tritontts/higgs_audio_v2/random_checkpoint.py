@@ -57,11 +57,21 @@ def write_llama3_tokenizer(out: Path, size: str) -> dict[str, int]:
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator([_CORPUS] * 16, trainers.BpeTrainer(
         vocab_size=480, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    base = tok.get_vocab_size()
-    ids = dict(SPECIAL_IDS) if size == "released" else {
-        token: base + i for i, token in enumerate(sorted(SPECIAL_IDS, key=SPECIAL_IDS.get))}
     data = json.loads(tok.to_str())
-    # Added tokens keep the ids written here (Llama 3's sit past its 128000 BPE entries).
+    if size == "released":
+        # Llama 3's layout: 128000 BPE entries (ours padded with entries no text reaches),
+        # then its 256 special tokens, higgs' among them at their released ids; the rest
+        # keep reserved names. Added tokens must follow the vocabulary without gaps (the
+        # tokenizer numbers them in order).
+        vocab = data["model"]["vocab"]
+        for k in range(len(vocab), 128000):
+            vocab[f"<|unused_bpe_{k}|>"] = k
+        by_id = {i: t for t, i in SPECIAL_IDS.items()}
+        names = [by_id.get(i, f"<|reserved_special_token_{100 + i - 128000}|>") for i in range(128000, 128256)]
+        ids = {t: 128000 + k for k, t in enumerate(names)}
+    else:
+        base = len(data["model"]["vocab"])
+        ids = {token: base + i for i, token in enumerate(sorted(SPECIAL_IDS, key=SPECIAL_IDS.get))}
     data["added_tokens"] = [{"id": i, "content": t, "single_word": False, "lstrip": False,
                              "rstrip": False, "normalized": False, "special": True}
                             for t, i in sorted(ids.items(), key=lambda kv: kv[1])]
