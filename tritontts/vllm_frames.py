@@ -91,8 +91,13 @@ class RowTracker(LogitsProcessor):
         return logits
 
 
-def batch_rows() -> list[tuple[str, int, int]]:
-    """(key, start, end) of each row's tokens in this forward's flattened batch."""
+def batch_rows() -> list[tuple[str | None, int, int]]:
+    """(key, start, end) of each row's tokens in this forward's flattened batch. The key is
+    None for a row that is not a frame request, and for one whose stream is gone: a request
+    being aborted (its client left) is released by its stage as soon as the abort is sent,
+    while the engine thread may still be running a step that holds its row. That row's
+    output is discarded; the other rows' step must not fail for it (it did: a KeyError
+    here failed every request in the step, seen as a 500 for the next request)."""
     from vllm.forward_context import get_forward_context
 
     metadata = get_forward_context().attn_metadata
@@ -101,7 +106,18 @@ def batch_rows() -> list[tuple[str, int, int]]:
     if metadata is None:        # a dummy run (profiling, warm-up): no requests
         return []
     starts = metadata.query_start_loc.tolist()
-    return [(ROWS.get(row), starts[row], starts[row + 1]) for row in range(len(starts) - 1)]
+    rows = []
+    with _lock:
+        for row in range(len(starts) - 1):
+            key = ROWS.get(row)
+            rows.append((key if key in STREAMS else None, starts[row], starts[row + 1]))
+    return rows
+
+
+def lookup(key: str):
+    """The registered stream, or None once its stage has released it (see batch_rows)."""
+    with _lock:
+        return STREAMS.get(key)
 
 
 class FrameTalker:
@@ -121,16 +137,19 @@ class FrameTalker:
         rows = batch_rows()
         if not rows or all(key is None for key, _, _ in rows):
             return self.embed_token(input_ids)          # dummy / warm-up batches
-        hidden_size = STREAMS[next(k for k, _, _ in rows if k is not None)].prompt_embeds.shape[1]
+        first = next((lookup(k) for k, _, _ in rows if k is not None), None)
+        if first is None:       # every frame row released between batch_rows and here
+            return self.embed_token(input_ids)
+        hidden_size = first.prompt_embeds.shape[1]
         # The stage registers prompts on the CPU; the engine may run on a GPU.
         device = input_ids.device
         embeds = torch.zeros(input_ids.shape[0], hidden_size, dtype=self._frame_dtype(), device=device)
         todo: list[tuple[int, FrameStream, int]] = []    # (flat index, stream, frame index)
         for key, start, end in rows:
-            if key is None:                  # not a frame request: a plain token embedding
+            stream = None if key is None else lookup(key)
+            if stream is None:               # not a frame request (or released): plain tokens
                 embeds[start:end] = self.embed_token(input_ids[start:end])
                 continue
-            stream = STREAMS[key]
             for i in range(start, end):
                 p = int(positions[i])
                 if p < stream.prompt_length:
@@ -159,9 +178,9 @@ class FrameTalker:
     def stash_hidden(self, hidden_states: torch.Tensor, positions: torch.Tensor) -> None:
         """Keep each row's last hidden state, only where its position advanced."""
         for key, start, end in batch_rows():
-            if key is None or end <= start:
+            stream = None if key is None or end <= start else lookup(key)
+            if stream is None:
                 continue
-            stream = STREAMS[key]
             p = int(positions[end - 1])
             if p > stream.hidden_position:
                 stream.hidden = hidden_states[end - 1].detach().clone()

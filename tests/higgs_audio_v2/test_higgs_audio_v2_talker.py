@@ -196,3 +196,34 @@ def test_a_stream_that_samples_the_end_stops_as_transformers_does_and_decodes_it
     frames = audio_frames(steps, cfg, finished=True)
     expected = HiggsAudioV2Processor.revert_delay_pattern(None, steps[1:-1]).clip(0, 1023)
     assert frames == expected.shape[0] and torch.equal(frame_codes(steps, cfg, 0, frames), expected)
+
+
+def test_a_stream_released_while_its_row_is_still_scheduled_does_not_fail_the_others(engine, checkpoint, ref_steps):
+    """A client that leaves: its stage releases the stream as soon as it sends the abort, and
+    the engine may run another step with that row. The step must go on for the other rows
+    (a KeyError there once failed every request in the step: a 500 for the next client)."""
+    from vllm import SamplingParams, TokensPrompt
+
+    from tritontts.higgs_audio_v2.vllm_model import AudioStream
+    from tritontts.vllm_frames import FRAMES_ARG, register, release
+
+    cfg = checkpoint.config
+    requests = prompts(checkpoint, ref_steps)
+    (alone, _), = vllm_generate(engine, checkpoint, requests[2:], GREEDY, [0], 12, "alone")
+    core = engine.llm_engine
+    empty = torch.zeros((0, 8), dtype=torch.int64)
+    for key, (ids, _) in (("gone", requests[0]), ("stays", requests[2])):
+        register(key, AudioStream(torch.tensor(ids), empty, AudioCodeSampler(cfg, GREEDY, torch.Generator())))
+        core.add_request(key, TokensPrompt(prompt_token_ids=ids), SamplingParams(
+            temperature=0.0, max_tokens=12, stop_token_ids=[cfg.eos_token_id], detokenize=False,
+            extra_args={FRAMES_ARG: key}))
+    for _ in range(3):
+        core.step()
+    release("gone")                   # released, not yet aborted: its row stays scheduled
+    finished = set()
+    while "stays" not in finished:
+        finished |= {o.request_id for o in core.step() if o.finished}
+    core.abort_request(["gone"])
+    while core.has_unfinished_requests():
+        core.step()
+    assert torch.equal(torch.stack(release("stays").steps), alone)

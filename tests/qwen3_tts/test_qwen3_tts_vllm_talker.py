@@ -94,3 +94,39 @@ def test_control_a_different_speaker_changes_the_frames(engine):
     other = custom_voice_prompt(talker, tokenizer.assistant_ids(REQUESTS[0][0]), "ryan")
     frames, _ = vllm_frames(checkpoint, llm, [built[0], other], MAX_FRAMES, "control")
     assert not torch.equal(frames[0][:2], frames[1][:2])
+
+
+def test_a_stream_released_while_its_row_is_still_scheduled_does_not_fail_the_others(engine):
+    """A client that leaves: its stage releases the FrameStream as soon as it sends the abort,
+    and the engine may run another step with that row. The step must go on for the other
+    rows (a KeyError there failed every request in the step: the contract suite's rare 500
+    for the request after a disconnect)."""
+    from vllm import SamplingParams, TokensPrompt
+
+    from tritontts.vllm_frames import FRAMES_ARG, FrameStream, register, release
+
+    checkpoint, llm = engine
+    talker, built = prompts(checkpoint)
+    (alone,), _ = vllm_frames(checkpoint, llm, built[2:], MAX_FRAMES, "alone")
+    t = checkpoint.config.talker
+    allowed = [i for i in range(t.vocab_size - CONTROL_TAIL)] + [t.codec_eos_token_id]
+    pad_embed = talker.tts_embeds()[2].detach()
+    core = llm.llm_engine
+    for key, prompt in (("gone", built[0]), ("stays", built[2])):
+        register(key, FrameStream(prompt.embeds.detach(), prompt.trailing_text.detach(), pad_embed,
+                                  torch.Generator().manual_seed(0), {"do_sample": False}))
+        core.add_request(key, TokensPrompt(prompt_token_ids=[t.codec_pad_id] * prompt.embeds.shape[0]),
+                         SamplingParams(temperature=0.0, repetition_penalty=REPETITION_PENALTY,
+                                        max_tokens=MAX_FRAMES + 1, min_tokens=2,
+                                        stop_token_ids=[t.codec_eos_token_id], allowed_token_ids=allowed,
+                                        detokenize=False, extra_args={FRAMES_ARG: key}))
+    for _ in range(3):
+        core.step()
+    release("gone")                   # released, not yet aborted: its row stays scheduled
+    finished = set()
+    while "stays" not in finished:
+        finished |= {o.request_id for o in core.step() if o.finished}
+    core.abort_request(["gone"])
+    while core.has_unfinished_requests():
+        core.step()
+    assert torch.equal(torch.stack(release("stays").frames), alone)

@@ -189,7 +189,7 @@ class HiggsAudioV2TalkerForVllm(nn.Module):
     def _inputs(self, input_ids: torch.Tensor, positions: torch.Tensor):
         """(embeddings [N, H], audio mask [N] or None) of the flattened batch; notes which
         rows sample a step after this forward."""
-        from ..vllm_frames import STREAMS, batch_rows
+        from ..vllm_frames import batch_rows, lookup
 
         embeds = self.embed_tokens(input_ids)
         self._sampling_rows = []
@@ -198,9 +198,9 @@ class HiggsAudioV2TalkerForVllm(nn.Module):
             return embeds, None
         audio = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
         for row, (key, start, end) in enumerate(rows):
-            if key is None or end <= start:
+            stream: AudioStream | None = None if key is None or end <= start else lookup(key)
+            if stream is None:          # not ours, or released while being aborted
                 continue
-            stream: AudioStream = STREAMS[key]
             pos = positions[start:end].cpu()
             t = stream.prompt_length
             in_prompt = pos < t
@@ -235,11 +235,13 @@ class HiggsAudioV2TalkerForVllm(nn.Module):
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Logits that allow only each row's text-stream token: the step's codes are sampled
         here and published on the stream."""
-        from ..vllm_frames import STREAMS
+        from ..vllm_frames import lookup
 
         logits = torch.zeros(hidden_states.shape[0], self.vocab_size, dtype=torch.float32,
                              device=hidden_states.device)
-        todo = [(row, STREAMS[key], g) for row, key, g in self._sampling_rows if row < hidden_states.shape[0]]
+        # A stream released since the forward (its request is being aborted) is skipped.
+        todo = [(row, stream, g) for row, key, g in self._sampling_rows
+                if row < hidden_states.shape[0] and (stream := lookup(key)) is not None]
         fresh = [(row, stream, g) for row, stream, g in todo if g >= len(stream.steps)]
         if fresh:
             with torch.no_grad():
