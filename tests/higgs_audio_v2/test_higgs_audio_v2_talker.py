@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from tritontts.higgs_audio_v2.checkpoint import AUDIO_HEAD, WEIGHTS_FILE, open_checkpoint
 from tritontts.higgs_audio_v2.prompt import TextTokenizer, build_prompt, reference_steps
 from tritontts.higgs_audio_v2.talker import AudioCodeSampler, AudioSampling, audio_frames, frame_codes
+from tritontts.testing.engine import run_releasing_one
 
 TEXTS = ["Hello there, how are you today?", "One more.", "The birch canoe slid on the smooth planks."]
 REF_TEXT = "This is the reference voice."
@@ -217,13 +218,5 @@ def test_a_stream_released_while_its_row_is_still_scheduled_does_not_fail_the_ot
         core.add_request(key, TokensPrompt(prompt_token_ids=ids), SamplingParams(
             temperature=0.0, max_tokens=12, stop_token_ids=[cfg.eos_token_id], detokenize=False,
             extra_args={FRAMES_ARG: key}))
-    for _ in range(3):
-        core.step()
-    release("gone")                   # released, not yet aborted: its row stays scheduled
-    finished = set()
-    while "stays" not in finished:
-        finished |= {o.request_id for o in core.step() if o.finished}
-    core.abort_request(["gone"])
-    while core.has_unfinished_requests():
-        core.step()
+    run_releasing_one(core, "gone", "stays", release)
     assert torch.equal(torch.stack(release("stays").steps), alone)

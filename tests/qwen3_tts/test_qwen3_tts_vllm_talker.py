@@ -13,6 +13,7 @@ from tritontts.qwen3_tts.checkpoint import open_checkpoint
 from tritontts.qwen3_tts.prompt import TextTokenizer, custom_voice_prompt
 from tritontts.qwen3_tts.random_checkpoint import write_random_checkpoint
 from tritontts.qwen3_tts.talker import CONTROL_TAIL, REPETITION_PENALTY, load_talker
+from tritontts.testing.engine import run_releasing_one
 
 REQUESTS = [("Hello there, how are you today?", "vivian"), ("One more.", "ryan"),
             ("A third request with somewhat longer text than the others.", "eric")]
@@ -120,13 +121,5 @@ def test_a_stream_released_while_its_row_is_still_scheduled_does_not_fail_the_ot
                                         max_tokens=MAX_FRAMES + 1, min_tokens=2,
                                         stop_token_ids=[t.codec_eos_token_id], allowed_token_ids=allowed,
                                         detokenize=False, extra_args={FRAMES_ARG: key}))
-    for _ in range(3):
-        core.step()
-    release("gone")                   # released, not yet aborted: its row stays scheduled
-    finished = set()
-    while "stays" not in finished:
-        finished |= {o.request_id for o in core.step() if o.finished}
-    core.abort_request(["gone"])
-    while core.has_unfinished_requests():
-        core.step()
+    run_releasing_one(core, "gone", "stays", release)
     assert torch.equal(torch.stack(release("stays").frames), alone)

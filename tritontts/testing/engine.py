@@ -1,0 +1,18 @@
+"""Driving an in-process vLLM engine step by step in tests (tritontts.vllm_frames talkers)."""
+from __future__ import annotations
+
+
+def run_releasing_one(core, gone: str, stays: str, release, steps_before: int = 3) -> None:
+    """Step `core` (an LLMEngine with requests `gone` and `stays` added) a few times, then
+    release `gone`'s stream without aborting it, as a stage does when its client leaves
+    (the abort reaches the engine later): step until `stays` is finished, then abort
+    `gone` and drain the engine."""
+    for _ in range(steps_before):
+        core.step()
+    release(gone)
+    finished: set[str] = set()
+    while stays not in finished:
+        finished |= {o.request_id for o in core.step() if o.finished}
+    core.abort_request([gone])
+    while core.has_unfinished_requests():
+        core.step()
