@@ -55,7 +55,7 @@ def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
     ids = prompt_ids(checkpoint)
     register()
     llm = LLM(model=str(prepare_vllm_talker(checkpoint, REPO / ".cache")), skip_tokenizer_init=True,
-              dtype="auto", enforce_eager=True, enable_prefix_caching=False, max_model_len=512,
+              dtype=checkpoint.config.dtype, enforce_eager=True, enable_prefix_caching=False, max_model_len=512,
               max_num_seqs=8, seed=0, logits_processors=[ROW_TRACKER], kv_cache_memory_bytes=1 << 30)
     cfg = checkpoint.config
     speed = {}

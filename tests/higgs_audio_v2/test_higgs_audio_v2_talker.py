@@ -8,6 +8,7 @@ reference stops, and its frames are the reference decoder's. Negative controls: 
 seed, and the reference with its audio MLP perturbed."""
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 
@@ -19,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from tritontts.higgs_audio_v2.checkpoint import AUDIO_HEAD, WEIGHTS_FILE, open_checkpoint
 from tritontts.higgs_audio_v2.prompt import TextTokenizer, build_prompt, reference_steps
 from tritontts.higgs_audio_v2.talker import AudioCodeSampler, AudioSampling, audio_frames, frame_codes
-from tritontts.testing.engine import run_releasing_one
+from tritontts.testing.engine import close_engine, run_releasing_one
 
 TEXTS = ["Hello there, how are you today?", "One more.", "The birch canoe slid on the smooth planks."]
 REF_TEXT = "This is the reference voice."
@@ -91,7 +92,11 @@ def make_engine(checkpoint, cache):
 
 @pytest.fixture(scope="module")
 def engine(checkpoint, tmp_path_factory):
-    return make_engine(checkpoint, tmp_path_factory.mktemp("talker-cache"))
+    llm = make_engine(checkpoint, tmp_path_factory.mktemp("talker-cache"))
+    yield llm
+    close_engine(llm)
+    del llm
+    gc.collect()
 
 
 def vllm_generate(llm, checkpoint, requests, sampling: AudioSampling, seeds, steps: int, tag: str):
@@ -163,42 +168,6 @@ def test_control_the_reference_with_a_perturbed_audio_mlp_no_longer_matches(engi
     assert not torch.equal(steps, want)
 
 
-@pytest.fixture(scope="module")
-def ending_checkpoint(checkpoint, reference, ref_steps, tmp_path_factory):
-    """The checkpoint with codebook 0's stream-eos head row set to 1.5x the row that wins
-    step 12 greedily: the eos then wins there (or earlier), so the stream ends."""
-    ids, ref = prompts(checkpoint, ref_steps)[0]
-    winner = int(reference_generate(reference, ids, ref, GREEDY, 0, 13)[12, 0])
-    root = tmp_path_factory.mktemp("higgs-ending") / "ckpt"
-    shutil.copytree(checkpoint.root, root)
-    state = load_file(str(root / WEIGHTS_FILE))
-    state[AUDIO_HEAD][1025] = 1.5 * state[AUDIO_HEAD][winner]
-    save_file(state, str(root / WEIGHTS_FILE))
-    return open_checkpoint(root)
-
-
-def test_a_stream_that_samples_the_end_stops_as_transformers_does_and_decodes_its_frames(
-        ending_checkpoint, tmp_path_factory):
-    from transformers import HiggsAudioV2ForConditionalGeneration, HiggsAudioV2Processor
-
-    cfg = ending_checkpoint.config
-    requests = [(build_prompt(TextTokenizer(ending_checkpoint), TEXTS[0], 8), None)]
-    llm = make_engine(ending_checkpoint, tmp_path_factory.mktemp("ending-cache"))
-    (steps, tokens), = vllm_generate(llm, ending_checkpoint, requests, GREEDY, [0], 100, "end")
-    model = HiggsAudioV2ForConditionalGeneration.from_pretrained(str(ending_checkpoint.root)).eval()
-    want = reference_generate(model, *requests[0], GREEDY, 0, 100)
-    print(f"stopped after {steps.shape[0]} steps; tokens end {tokens[-10:]}")
-    assert torch.equal(steps, want)
-    assert steps.shape[0] < 100 and tokens[-1] == cfg.eos_token_id
-    first_end = int((steps == 1025).any(dim=1).nonzero()[0])
-    assert steps.shape[0] == first_end + 9          # every codebook ends, K steps after the first
-    assert tokens[first_end:-1] == [cfg.audio_delay_token_id] * 8
-    # The frames: the reference processor's own delay undoing and clipping.
-    frames = audio_frames(steps, cfg, finished=True)
-    expected = HiggsAudioV2Processor.revert_delay_pattern(None, steps[1:-1]).clip(0, 1023)
-    assert frames == expected.shape[0] and torch.equal(frame_codes(steps, cfg, 0, frames), expected)
-
-
 def test_a_stream_released_while_its_row_is_still_scheduled_does_not_fail_the_others(engine, checkpoint, ref_steps):
     """A client that leaves: its stage releases the stream as soon as it sends the abort, and
     the engine may run another step with that row. The step must go on for the other rows
@@ -220,3 +189,45 @@ def test_a_stream_released_while_its_row_is_still_scheduled_does_not_fail_the_ot
             extra_args={FRAMES_ARG: key}))
     run_releasing_one(core, "gone", "stays", release)
     assert torch.equal(torch.stack(release("stays").steps), alone)
+
+
+@pytest.fixture(scope="module")
+def ending_checkpoint(checkpoint, reference, ref_steps, tmp_path_factory):
+    """The checkpoint with codebook 0's stream-eos head row set to 1.5x the row that wins
+    step 12 greedily: the eos then wins there (or earlier), so the stream ends."""
+    ids, ref = prompts(checkpoint, ref_steps)[0]
+    winner = int(reference_generate(reference, ids, ref, GREEDY, 0, 13)[12, 0])
+    root = tmp_path_factory.mktemp("higgs-ending") / "ckpt"
+    shutil.copytree(checkpoint.root, root)
+    state = load_file(str(root / WEIGHTS_FILE))
+    state[AUDIO_HEAD][1025] = 1.5 * state[AUDIO_HEAD][winner]
+    save_file(state, str(root / WEIGHTS_FILE))
+    return open_checkpoint(root)
+
+
+def test_a_stream_that_samples_the_end_stops_as_transformers_does_and_decodes_its_frames(
+        ending_checkpoint, tmp_path_factory):
+    from transformers import HiggsAudioV2ForConditionalGeneration, HiggsAudioV2Processor
+
+    cfg = ending_checkpoint.config
+    requests = [(build_prompt(TextTokenizer(ending_checkpoint), TEXTS[0], 8), None)]
+    llm = make_engine(ending_checkpoint, tmp_path_factory.mktemp("ending-cache"))
+    try:
+        (steps, tokens), = vllm_generate(llm, ending_checkpoint, requests, GREEDY, [0], 100, "end")
+    finally:
+        close_engine(llm)
+        del llm
+        gc.collect()
+    model = HiggsAudioV2ForConditionalGeneration.from_pretrained(str(ending_checkpoint.root)).eval()
+    want = reference_generate(model, *requests[0], GREEDY, 0, 100)
+    print(f"stopped after {steps.shape[0]} steps; tokens end {tokens[-10:]}")
+    assert torch.equal(steps, want)
+    assert steps.shape[0] < 100 and tokens[-1] == cfg.eos_token_id
+    first_end = int((steps == 1025).any(dim=1).nonzero()[0])
+    assert steps.shape[0] == first_end + 9          # every codebook ends, K steps after the first
+    assert tokens[first_end:-1] == [cfg.audio_delay_token_id] * 8
+    # The frames: the reference processor's own delay undoing and clipping.
+    frames = audio_frames(steps, cfg, finished=True)
+    expected = HiggsAudioV2Processor.revert_delay_pattern(None, steps[1:-1]).clip(0, 1023)
+    assert frames == expected.shape[0] and torch.equal(frame_codes(steps, cfg, 0, frames), expected)
+

@@ -4,6 +4,7 @@ same tiny random checkpoint, fp32, greedy at both levels: every frame of several
 generated together (continuous batching, staggered lengths) equals the one-request loop."""
 from __future__ import annotations
 
+import gc
 import os
 
 import pytest
@@ -13,7 +14,7 @@ from tritontts.qwen3_tts.checkpoint import open_checkpoint
 from tritontts.qwen3_tts.prompt import TextTokenizer, custom_voice_prompt
 from tritontts.qwen3_tts.random_checkpoint import write_random_checkpoint
 from tritontts.qwen3_tts.talker import CONTROL_TAIL, REPETITION_PENALTY, load_talker
-from tritontts.testing.engine import run_releasing_one
+from tritontts.testing.engine import close_engine, run_releasing_one
 
 REQUESTS = [("Hello there, how are you today?", "vivian"), ("One more.", "ryan"),
             ("A third request with somewhat longer text than the others.", "eric")]
@@ -37,6 +38,9 @@ def engine(tmp_path_factory):
               enable_prefix_caching=False, max_model_len=512, max_num_seqs=8, seed=0,
               logits_processors=[ROW_TRACKER], kv_cache_memory_bytes=256 * 2**20)
     yield checkpoint, llm
+    close_engine(llm)
+    del llm
+    gc.collect()
 
 
 def prompts(checkpoint):

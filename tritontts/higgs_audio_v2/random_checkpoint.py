@@ -138,8 +138,14 @@ def random_state(config: dict, generator: torch.Generator,
             state[key] = norm() if name.endswith("layernorm.weight") else weight(*shapes[name])
     state["model.norm.weight"] = norm()
     state["model.embed_audio_tokens.embed_audio_tokens.weight"] = table(audio_rows)
-    # Logits of a few units, so that sampling is neither uniform nor one-hot.
-    state["audio_lm_head.weight"] = 3.0 * weight(audio_rows, h)
+    # Logits of a few units, so that sampling is neither uniform nor one-hot; the stream
+    # markers' rows (bos 1024, eos 1025 of each codebook) near zero, so that a stream rarely
+    # ends by chance, as in a trained model (an early end made test audio too short).
+    head = 3.0 * weight(audio_rows, h)
+    size = config["codebook_size"]
+    for k in range(config["num_codebooks"]):
+        head[k * size + 1024:k * size + 1026] *= 0.05
+    state["audio_lm_head.weight"] = head
     state["text_lm_head.weight"] = weight(config["vocab_size"], h)
     return state
 

@@ -71,8 +71,7 @@ def prepare_vllm_talker(checkpoint: HiggsAudioV2Checkpoint, cache_root: str | Pa
         "head_dim": c.head_dim, "rms_norm_eps": c.rms_norm_eps, "hidden_act": "silu",
         "rope_parameters": c.rope.as_config(), "max_position_embeddings": c.max_position_embeddings,
         "attention_bias": c.attention_bias, "mlp_bias": c.mlp_bias, "tie_word_embeddings": False,
-        # The engine's dtype "auto" takes this: the weights' own (bf16 as released; the
-        # tiny test checkpoints are fp32, for exact parity).
+        # The weights' own dtype (the talker stage passes it to the engine explicitly).
         "torch_dtype": c.dtype, "bos_token_id": None, "eos_token_id": c.eos_token_id,
         CONFIG_KEY: {**c.__dict__, "rope": None},
     }

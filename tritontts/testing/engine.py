@@ -16,3 +16,11 @@ def run_releasing_one(core, gone: str, stays: str, release, steps_before: int = 
     core.abort_request([gone])
     while core.has_unfinished_requests():
         core.step()
+
+
+def close_engine(llm) -> None:
+    """Shut an in-process engine down now (callers then drop it and run gc.collect()). Left
+    to the garbage collector, its CPU matmul handles were freed at a random later moment,
+    once inside another test's torch.export trace, which then failed. Closing one engine
+    also tears down vLLM's process-wide parallel state: a module runs one engine at a time."""
+    llm.llm_engine.engine_core.shutdown()
