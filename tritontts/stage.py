@@ -162,6 +162,12 @@ def seed_param(params: dict[str, Any]) -> int | None:
     return value
 
 
+def at_least_one_row(array: np.ndarray) -> np.ndarray:
+    """Triton tensors here are never empty: a zero-row array travels as one zero row (the
+    count travels beside it)."""
+    return array if array.shape[0] else np.zeros((1,) + array.shape[1:], array.dtype)
+
+
 # --- stage classes ----------------------------------------------------------------------
 
 @dataclass(frozen=True)

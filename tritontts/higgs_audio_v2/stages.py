@@ -29,7 +29,7 @@ import torch
 from .. import sampling
 from ..audio import reference_recording
 from ..sampling import SAMPLING
-from ..stage import (AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest,
+from ..stage import (AUDIO, at_least_one_row, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest,
                      Stage, StageContext, begin_request, parse_params)
 from ..vllm_talker import VllmTalkerStage, chunk_sizes
 from ..voice import checkpoint_fingerprint, pack_voice, unpack_voice
@@ -58,12 +58,6 @@ def codec_context_frames(checkpoint: HiggsAudioV2Checkpoint) -> int:
     from ..higgs_codec import HiggsCodecConfig, context_frames
 
     return context_frames(HiggsCodecConfig.from_dict(read_json(checkpoint.codec_dir / "config.json")))
-
-
-def _at_least_one_row(array: np.ndarray) -> np.ndarray:
-    """Triton tensors here are never empty: a zero-row array travels as one zero row (its
-    count travels beside it)."""
-    return array if array.shape[0] else np.zeros((1,) + array.shape[1:], array.dtype)
 
 
 class HiggsAudioV2PromptStage(Stage):
@@ -99,7 +93,7 @@ class HiggsAudioV2PromptStage(Stage):
         ids, steps = self.prompt(start.text, start.params)
         return {
             "prompt_ids": np.asarray(ids, np.int32),
-            "ref_steps": _at_least_one_row(steps.astype(np.int32)),
+            "ref_steps": at_least_one_row(steps.astype(np.int32)),
             "ref_step_count": steps.shape[0],
             "max_frames": start.params.max_new_tokens or 0,
             "first_chunk_frames": start.params.initial_codec_chunk_frames or 0,

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..audio import reference_recording
-from ..stage import (AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest,
+from ..stage import (AUDIO, at_least_one_row, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest,
                      Stage, StageContext, begin_request, parse_params)
 from .. import sampling
 from ..sampling import SAMPLING
@@ -102,10 +102,10 @@ class Qwen3TTSPromptStage(Stage):
         max_frames = start.params.max_new_tokens or self.checkpoint.generation.max_new_tokens
         return {
             "prompt_embeds": prompt.embeds.float().numpy(),
-            "step_embeds": _at_least_one_row(prompt.trailing_text.float().numpy()),
+            "step_embeds": at_least_one_row(prompt.trailing_text.float().numpy()),
             "step_count": prompt.trailing_text.shape[0],
             "pad_embed": self.pad_embed,
-            "ref_codes": _at_least_one_row(ref_codes),
+            "ref_codes": at_least_one_row(ref_codes),
             "ref_frames": ref_codes.shape[0],
             "max_frames": max_frames,
             "first_chunk_frames": start.params.initial_codec_chunk_frames or 0,
@@ -200,12 +200,6 @@ class Qwen3TTSPromptStage(Stage):
     @staticmethod
     def reference_audio(data: bytes) -> np.ndarray:
         return reference_recording(data, SAMPLE_RATE_HZ, MIN_REF_SECONDS, MAX_REF_SECONDS)
-
-
-def _at_least_one_row(array: np.ndarray) -> np.ndarray:
-    """Triton tensors here are never empty: a zero-row array travels as one zero row (the
-    count travels beside it)."""
-    return array if array.shape[0] else np.zeros((1,) + array.shape[1:], array.dtype)
 
 
 class Qwen3TTSTalkerStage(VllmTalkerStage):
