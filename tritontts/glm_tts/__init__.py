@@ -1,0 +1,1 @@
+"""GLM-TTS: Llama speech-token talker -> flow-matching DiT -> HiFT vocoder."""
