@@ -41,7 +41,7 @@ SHAPES = {
 def released_graphs() -> list[Graph]:
     from tritontts.cosyvoice3.config import load_hyperpyyaml
     from tritontts.cosyvoice3.flow import build_flow, velocity_graph
-    from tritontts.cosyvoice3.hift import CausalHiFTGenerator, spectrum_graph
+    from tritontts.hift import HiFTGenerator, spectrum_graph
     from tritontts.cosyvoice3.random_checkpoint import write_config
     from tritontts.qwen3_tts.code2wav import Code2WavConfig, Qwen3TTSCode2Wav, code2wav_graphs
     from tritontts.higgs_codec import HiggsCodecConfig, HiggsCodecDecoder, codec_config_dict, decoder_graph
@@ -54,7 +54,7 @@ def released_graphs() -> list[Graph]:
     with tempfile.TemporaryDirectory() as folder:
         config = load_hyperpyyaml(write_config(Path(folder), "full"), {"qwen_pretrain_path": ""})
     flow = build_flow(config["flow"]).eval()
-    hift = CausalHiFTGenerator.from_config(config["hift"]).eval()
+    hift = HiFTGenerator.from_config(config["hift"]).eval()
     codec_config = speech_tokenizer_config("0.6b")     # the codec is the same in every release
     codec = Qwen3TTSCode2Wav(Code2WavConfig.from_dict(codec_config["decoder_config"])).eval()
     generator = OmniVoiceGenerator(parse_config(config_dict("released"), Path("config.json"))).eval()

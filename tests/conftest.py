@@ -47,6 +47,17 @@ class RandomCheckpoints:
                 for f in families if FAMILIES[f].write_random_checkpoint}
 
 
+@pytest.fixture(scope="module")
+def torch_two_threads():
+    """torch on both cores for one module (compute-bound model tests), then as before."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def random_checkpoints(tmp_path_factory) -> RandomCheckpoints:
     return RandomCheckpoints(tmp_path_factory)

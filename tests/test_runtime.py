@@ -129,7 +129,7 @@ def test_flow_streaming_mel_on_onnxruntime_equals_torch(random_checkpoints, engi
 
 def test_hift_streamed_audio_on_onnxruntime_equals_torch(random_checkpoints, engines):
     from tritontts.cosyvoice3.checkpoint import open_checkpoint
-    from tritontts.cosyvoice3.hift import spectrum_graph, stream_hift
+    from tritontts.hift import spectrum_graph, stream_hift
     from tritontts.cosyvoice3.stages import load_hift
 
     hift = load_hift(open_checkpoint(random_checkpoints["cosyvoice3"]))

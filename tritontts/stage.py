@@ -109,6 +109,16 @@ def reject_unknown(params: dict[str, Any], known: set[str] | frozenset[str], fam
             f"unknown parameter(s) {sorted(unknown)} for {family}; known: {sorted(known)}")
 
 
+def reject_unsupported(params: dict[str, Any], unsupported: dict[str, str]) -> None:
+    """Fields other families take that this one cannot honour: a 400 with the family's own
+    reason. speed 1 and an automatic language mean "nothing asked", so they pass."""
+    for name, why in unsupported.items():
+        value = params.get(name)
+        if value is None or (name == "speed" and value == 1) or (name == "language" and value in ("", "auto", "Auto")):
+            continue
+        raise InvalidRequest(f"{name}: {why}")
+
+
 # Largest uploaded audio a request may carry (decoded), e.g. a voice-cloning reference.
 MAX_AUDIO_PARAM_BYTES = 16 * 1024 * 1024
 

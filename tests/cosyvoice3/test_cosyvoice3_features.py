@@ -9,8 +9,8 @@ import torch
 
 from tritontts.testing.references import s3tokenizer_utils
 from tritontts.audio import decode_audio
-from tritontts.cosyvoice3.features import kaldi_fbank, prompt_mel, whisper_log_mel
-from tritontts.mel import slaney_mel_filters
+from tritontts.cosyvoice3.features import kaldi_fbank, prompt_mel
+from tritontts.mel import slaney_mel_filters, whisper_log_mel
 from tritontts.stage import InvalidRequest
 
 

@@ -1,4 +1,4 @@
-"""CausalHiFT vocoder (tritontts.cosyvoice3.hift) on tiny random weights, CPU only.
+"""CausalHiFT vocoder (tritontts.hift, causal=True) on tiny random weights, CPU only.
 
 Tiny channel counts, but the released model's rates: upsample [8, 5, 3] and a 16-point
 iSTFT with hop 4, so one mel frame is 480 samples at 24 kHz. Covers shapes and limits,
@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from tritontts.checkpoint import CheckpointError
-from tritontts.cosyvoice3.hift import (
-    CausalConv1d, CausalHiFTGenerator, load_hift_state_dict, stream_hift)
+from tritontts.hift import CausalConv1d, load_hift_state_dict, stream_hift
+from tritontts.hift import HiFTGenerator as CausalHiFTGenerator    # causal is the default
 
 SAMPLES_PER_FRAME = 480
 TINY = dict(
@@ -33,12 +33,8 @@ TINY = dict(
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _two_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
+# Both cores for these CPU-heavy module tests (conftest.torch_two_threads).
+pytestmark = pytest.mark.usefixtures("torch_two_threads")
 
 
 def randomize(model: nn.Module, seed: int = 1) -> nn.Module:

@@ -84,12 +84,12 @@ def test_chunked_flow_and_hift_equal_whole_utterance_within_1e_4_of_peak(parts, 
 
 def test_reference_prompt_is_cached_by_content(parts):
     frontend, params, job, _, _ = parts
-    hits = frontend.extractor.hits
+    hits = frontend.extractor.cache.hits
     again = frontend.prepare("Other words.", "", parse_cosyvoice3_params(params))
-    assert frontend.extractor.hits == hits + 1
+    assert frontend.extractor.cache.hits == hits + 1
     assert again.prompt is job.prompt
     changed = frontend.prepare("Other words.", "", parse_cosyvoice3_params({**params, "ref_text": "Another transcript."}))
-    assert changed.prompt is not job.prompt and frontend.extractor.hits == hits + 1
+    assert changed.prompt is not job.prompt and frontend.extractor.cache.hits == hits + 1
 
 
 def test_long_input_is_spoken_in_segments(parts):

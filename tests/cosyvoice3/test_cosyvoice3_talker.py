@@ -11,7 +11,8 @@ import torch
 
 from tritontts.cosyvoice3.checkpoint import CheckpointError, open_checkpoint
 from tritontts.cosyvoice3.config import load_hyperpyyaml
-from tritontts.cosyvoice3.talker import SPEECH_VOCAB, convert_llm_checkpoint, ras_distribution, ras_extra_args
+from tritontts.cosyvoice3.talker import SPEECH_VOCAB, convert_llm_checkpoint
+from tritontts.ras import ras_distribution, ras_extra_args
 from tritontts.cosyvoice3.tokenizer import CosyVoice3TextTokenizer
 
 
@@ -148,7 +149,7 @@ def vllm_talker(tiny, tmp_path_factory):
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM
 
-    from tritontts.cosyvoice3.vllm_ras import RAS_LOGITS_PROCESSOR
+    from tritontts.vllm_ras import RAS_LOGITS_PROCESSOR
 
     ckpt = open_checkpoint(tiny)
     import json
@@ -199,7 +200,7 @@ def test_vllm_ras_sampling_is_seeded_and_stays_in_speech_range(vllm_talker):
     def run(seed):
         params = SamplingParams(temperature=1.0, max_tokens=40, seed=seed, detokenize=False,
                                 allowed_token_ids=vocab.allowed_ids, stop_token_ids=vocab.stop_ids,
-                                extra_args=ras_extra_args(vocab, ckpt.config["llm"]["sampling"]))
+                                extra_args=ras_extra_args(vocab.speech_offset, SPEECH_VOCAB, ckpt.config["llm"]["sampling"]))
         return list(llm.generate(prompt, params, use_tqdm=False)[0].outputs[0].token_ids)
 
     a, b, c = run(1), run(1), run(2)

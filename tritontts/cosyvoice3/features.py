@@ -1,6 +1,7 @@
 """The three views of a reference recording that CosyVoice3 conditions on.
 
   whisper_log_mel  16 kHz, 128-bin log-mel at 100 Hz: input of speech_tokenizer_v3.onnx
+                   (shared with GLM-TTS, so it lives in tritontts.mel)
   kaldi_fbank      16 kHz, 80-bin Kaldi fbank (dither 0): input of campplus.onnx
   prompt_mel       24 kHz, 80-bin log-mel at 50 Hz (n_fft 1920, hop 480): the flow's prompt
 
@@ -14,18 +15,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..mel import matcha_log_mel, slaney_mel_filters
-
-
-def whisper_log_mel(audio16k: np.ndarray, n_mels: int = 128) -> np.ndarray:
-    """[n_mels, frames] as Whisper computes it (hann 400, hop 160, centered STFT)."""
-    x = torch.from_numpy(np.ascontiguousarray(audio16k, dtype=np.float32))
-    spec = torch.stft(x, 400, 160, window=torch.hann_window(400), return_complex=True)
-    power = spec[..., :-1].abs() ** 2
-    mel = torch.from_numpy(slaney_mel_filters(16000, 400, n_mels)) @ power
-    log = mel.clamp(min=1e-10).log10()
-    log = torch.maximum(log, log.max() - 8.0)
-    return ((log + 4.0) / 4.0).numpy()
+from ..mel import matcha_log_mel
 
 
 @lru_cache(maxsize=4)

@@ -7,17 +7,18 @@ prompt mel is trimmed to exactly 2 frames per speech token, as upstream does.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..audio import decode_audio, resample
+from ..lru import LRU
+from ..speaker import CampPlus
+from ..mel import whisper_log_mel
 from ..stage import InvalidRequest
 from ..voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .checkpoint import TEXT_MODEL_DIR, CosyVoice3Checkpoint
-from .features import kaldi_fbank, prompt_mel, whisper_log_mel
+from .features import prompt_mel
 from .tokenizer import CosyVoice3TextTokenizer
 
 MIN_REF_SECONDS, MAX_REF_SECONDS = 1.0, 30.0
@@ -44,12 +45,8 @@ class PromptExtractor:
         self.tokenizer = CosyVoice3TextTokenizer(checkpoint.text_model_dir)
         self.speech_tokenizer = ort.InferenceSession(
             str(checkpoint.path("speech_tokenizer_v3.onnx")), options, providers=["CPUExecutionProvider"])
-        self.campplus = ort.InferenceSession(
-            str(checkpoint.path("campplus.onnx")), options, providers=["CPUExecutionProvider"])
-        self._cache: OrderedDict[str, VoicePrompt] = OrderedDict()
-        self._cache_size = cache_size
-        self._lock = threading.Lock()
-        self.hits = 0
+        self.campplus = CampPlus(checkpoint.path("campplus.onnx"))
+        self.cache = LRU(cache_size)
         self.fingerprint = checkpoint_fingerprint(checkpoint.root, VOICE_FILES)
 
     def pack(self, prompt: VoicePrompt, ref_text: str) -> bytes:
@@ -68,17 +65,7 @@ class PromptExtractor:
 
     def extract(self, ref_audio: bytes, ref_text: str) -> VoicePrompt:
         key = hashlib.sha256(ref_audio + b"\0" + ref_text.encode()).hexdigest()
-        with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                self.hits += 1
-                return self._cache[key]
-        prompt = self._compute(ref_audio, ref_text)
-        with self._lock:
-            self._cache[key] = prompt
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return prompt
+        return self.cache.get(key, lambda: self._compute(ref_audio, ref_text))
 
     def _compute(self, ref_audio: bytes, ref_text: str) -> VoicePrompt:
         audio, rate = decode_audio(ref_audio, "ref_audio")
@@ -94,9 +81,7 @@ class PromptExtractor:
         tokens = self.speech_tokenizer.run(None, {
             inputs[0].name: feats.astype(np.float32),
             inputs[1].name: np.array([feats.shape[2]], dtype=np.int32)})[0].reshape(-1)
-        fbank = kaldi_fbank(audio16k)
-        fbank = fbank - fbank.mean(axis=0, keepdims=True)
-        embedding = self.campplus.run(None, {self.campplus.get_inputs()[0].name: fbank[None]})[0].reshape(-1)
+        embedding = self.campplus.embed(audio16k)
         mel = prompt_mel(resample(audio, rate, 24000))
         n = min(mel.shape[0] // 2, tokens.size)
         return VoicePrompt(self.tokenizer.prompt_text_ids(ref_text), tokens[:n].astype(np.int32),

@@ -219,13 +219,13 @@ def write_random_flow_and_hift(out: Path, seed: int = 0) -> None:
     """flow.pt and hift.pt from our own modules built from the written yaml (upstream key names)."""
     from .config import load_hyperpyyaml
     from .flow import build_flow
-    from .hift import CausalHiFTGenerator
+    from ..hift import HiFTGenerator
 
     config = load_hyperpyyaml(out / "cosyvoice3.yaml", {"qwen_pretrain_path": ""})
     torch.manual_seed(seed + 1)
     torch.save(build_flow(config["flow"]).state_dict(), out / "flow.pt")
     torch.manual_seed(seed + 2)
-    torch.save(CausalHiFTGenerator.from_config(config["hift"]).state_dict(), out / "hift.pt")
+    torch.save(HiFTGenerator.from_config(config["hift"]).state_dict(), out / "hift.pt")
 
 
 def write_config(out: Path, size: str = "tiny") -> Path:

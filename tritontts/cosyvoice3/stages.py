@@ -28,7 +28,8 @@ from .family import FAMILY
 from .hops import HopSchedule, TokenChunk, TokenChunker
 from .prompt import PromptExtractor, VoicePrompt
 from .request import parse_cosyvoice3_params
-from .talker import TalkerVocab, ensure_talker_checkpoint, load_talker_vocab, ras_extra_args
+from ..ras import ras_extra_args
+from .talker import SPEECH_VOCAB, TalkerVocab, ensure_talker_checkpoint, load_talker_vocab
 
 MIN_TOKEN_TEXT_RATIO, MAX_TOKEN_TEXT_RATIO = 2, 20   # upstream's generation length bounds
 SEGMENT_TEXT_TOKENS = 80      # like upstream, long input is spoken segment by segment
@@ -51,9 +52,9 @@ def load_flow(checkpoint: CosyVoice3Checkpoint):
 
 def load_hift(checkpoint: CosyVoice3Checkpoint):
     """The CausalHiFT vocoder in eval mode."""
-    from .hift import CausalHiFTGenerator, load_hift_state_dict
+    from ..hift import HiFTGenerator, load_hift_state_dict
 
-    hift = CausalHiFTGenerator.from_config(checkpoint.config["hift"])
+    hift = HiFTGenerator.from_config(checkpoint.config["hift"])
     load_hift_state_dict(hift, checkpoint.state_dict("hift.pt"))
     return hift.eval()
 
@@ -61,7 +62,7 @@ def load_hift(checkpoint: CosyVoice3Checkpoint):
 def export_graphs(checkpoint: CosyVoice3Checkpoint) -> list:
     """The networks the flow and hift stages may run on onnxruntime / TensorRT."""
     from .flow import velocity_graph
-    from .hift import spectrum_graph
+    from ..hift import spectrum_graph
 
     return [velocity_graph(load_flow(checkpoint).decoder.estimator),
             spectrum_graph(load_hift(checkpoint))]
@@ -163,7 +164,7 @@ class CosyVoice3TalkerStage(VllmTalkerStage):
         return str(self.talker_dir)
 
     def engine_extras(self) -> dict[str, Any]:
-        from .vllm_ras import RAS_LOGITS_PROCESSOR
+        from ..vllm_ras import RAS_LOGITS_PROCESSOR
 
         return {"skip_tokenizer_init": True, "logits_processors": [RAS_LOGITS_PROCESSOR]}
 
@@ -199,7 +200,7 @@ class CosyVoice3TalkerStage(VllmTalkerStage):
             temperature=1.0, top_p=1.0, top_k=0, seed=seed, detokenize=False,
             min_tokens=min_tokens, max_tokens=min(max_tokens, room),
             allowed_token_ids=self.vocab.allowed_ids, stop_token_ids=self.vocab.stop_ids,
-            extra_args=ras_extra_args(self.vocab, ras or self.sampling))
+            extra_args=ras_extra_args(self.vocab.speech_offset, SPEECH_VOCAB, ras or self.sampling))
         chunker = TokenChunker(self.schedule, prompt_tokens)
         tokens: list[int] = []
         stop = set(self.vocab.stop_ids)
@@ -259,7 +260,7 @@ class CosyVoice3HiftStage(Stage):
 
     def __init__(self, context: StageContext, checkpoint: CosyVoice3Checkpoint | None = None):
         from ..runtime import stage_runner
-        from .hift import spectrum_graph
+        from ..hift import spectrum_graph
 
         super().__init__(context)
         torch.set_num_threads(context.int_parameter("torch_threads", 1))
@@ -280,7 +281,7 @@ class CosyVoice3HiftStage(Stage):
 
     @torch.inference_mode()
     def new_audio(self, mel: np.ndarray, token_offset: int, segment_end: bool) -> np.ndarray:
-        from .hift import stream_hift
+        from ..hift import stream_hift
 
         if mel.shape[0] == 0:
             return np.zeros(0, np.float32)

@@ -8,7 +8,7 @@ gives a plain Qwen2ForCausalLM that vLLM serves natively, with its own kernels, 
 prefix handling, and no vLLM internals to track. The prompt becomes ordinary token ids
 ([sos] text [task] prompt-speech), so no prompt_embeds are needed; sampling is restricted
 to the speech rows with allowed_token_ids, and upstream's repetition-aware sampling (RAS)
-is an exact per-step distribution computed by RasLogitsProcessor.
+is an exact per-step distribution computed by tritontts.vllm_ras.RasLogitsProcessor.
 """
 from __future__ import annotations
 
@@ -123,45 +123,3 @@ def ensure_talker_checkpoint(ckpt, cache_root: str | Path | None = None) -> Path
 
 def load_talker_vocab(talker_dir: str | Path) -> TalkerVocab:
     return TalkerVocab(**json.loads((Path(talker_dir) / TALKER_META).read_text()))
-
-
-def ras_distribution(logits: torch.Tensor, recent: list[int], top_p: float, top_k: int,
-                     win_size: int, tau_r: float) -> torch.Tensor:
-    """Upstream's repetition-aware sampling as one distribution (probabilities).
-
-    Upstream draws x from the nucleus (top_p, top_k; stable sort); if x occurs at least
-    win_size*tau_r times among the last win_size generated tokens, it bans x and draws from
-    the full softmax instead. So P(t) = Pn(t)*[t not repeated]
-                                       + sum over repeated x != t of Pn(x) * p(t) / (1 - p(x)).
-    """
-    p = logits.float().softmax(-1)
-    values, order = p.sort(descending=True, stable=True)
-    # Upstream keeps adding tokens while the mass *before* adding is < top_p.
-    before = values.cumsum(-1) - values
-    keep = (before < top_p) & (torch.arange(p.numel(), device=p.device) < top_k)
-    nucleus = torch.zeros_like(p)
-    nucleus[order[keep]] = values[keep]
-    nucleus /= nucleus.sum()
-    window = recent[-win_size:]
-    counts = torch.zeros_like(p)
-    if window:
-        counts.index_add_(0, torch.tensor(window, device=p.device), torch.ones(len(window), device=p.device))
-    repeated = (counts >= win_size * tau_r) & (nucleus > 0)
-    if not repeated.any():
-        return nucleus
-    dist = torch.where(repeated, torch.zeros_like(p), nucleus)
-    rep_ids = repeated.nonzero().flatten()
-    for x in rep_ids.tolist():
-        rest = p.clone()
-        rest[x] = 0.0
-        dist += nucleus[x] * rest / max(1.0 - float(p[x]), 1e-12)
-    return dist
-
-
-RAS_ARG = "cosyvoice3_ras"   # SamplingParams.extra_args key that turns RAS on for a request
-
-
-def ras_extra_args(vocab: TalkerVocab, sampling: dict) -> dict:
-    """extra_args for a request: the yaml's `llm.sampling` block (top_p, top_k, win_size, tau_r)."""
-    return {RAS_ARG: {"speech_offset": vocab.speech_offset,
-                      **{k: sampling[k] for k in ("top_p", "top_k", "win_size", "tau_r")}}}

@@ -27,7 +27,6 @@ checkpoint could satisfy.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any

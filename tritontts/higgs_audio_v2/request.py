@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..sampling import sampling_overrides
-from ..stage import InvalidRequest, int_param, reject_unknown, seed_param
+from ..stage import InvalidRequest, int_param, reject_unknown, reject_unsupported, seed_param
 from ..voice import VOICE_FEATURES, transcribed_reference
 from .prompt import SPEAKER_TAG
 
@@ -66,11 +66,7 @@ def check_text(text: str) -> None:
 
 def parse_higgs_audio_v2_params(params: dict[str, Any]) -> HiggsAudioV2Params:
     reject_unknown(params, KNOWN, "higgs_audio_v2")
-    for name, why in UNSUPPORTED.items():
-        value = params.get(name)
-        if value is None or (name == "speed" and value == 1) or (name == "language" and value in ("", "auto", "Auto")):
-            continue
-        raise InvalidRequest(f"{name}: {why}")
+    reject_unsupported(params, UNSUPPORTED)
     ref_audio, ref_text, features = transcribed_reference(params, "higgs-audio v2")
     if ref_text is not None:
         check_text(ref_text)

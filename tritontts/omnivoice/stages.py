@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..audio import reference_recording
+from ..lru import LRU
 from ..stage import (AUDIO, CHUNK_INDEX, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs,
                      InvalidRequest, Stage, StageContext, StreamingStage, begin_request,
                      parse_params)
@@ -65,33 +65,6 @@ def segments(text: str) -> list[str]:
     return parts
 
 
-class _LRU:
-    def __init__(self, size: int):
-        self.size, self.items, self.lock = size, OrderedDict(), threading.Lock()
-
-    def get(self, key, make=None):
-        with self.lock:
-            if key in self.items:
-                self.items.move_to_end(key)
-                return self.items[key]
-        if make is None:
-            return None
-        value = make()
-        self.put(key, value)
-        return value
-
-    def put(self, key, value) -> None:
-        with self.lock:
-            self.items[key] = value
-            self.items.move_to_end(key)
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
-
-    def pop(self, key) -> None:
-        with self.lock:
-            self.items.pop(key, None)
-
-
 class OmniVoicePromptStage(StreamingStage):
     def __init__(self, context: StageContext, checkpoint: OmniVoiceCheckpoint | None = None):
         super().__init__(context)
@@ -100,7 +73,7 @@ class OmniVoicePromptStage(StreamingStage):
         self.tokenizer = TextTokenizer(self.checkpoint.root)
         self._encoder = None
         self._encoder_lock = threading.Lock()
-        self.references = _LRU(64)
+        self.references = LRU(64)
         root = self.checkpoint.root
         self.fingerprint = checkpoint_fingerprint(root, [
             name for name in ("audio_tokenizer", "tokenizer.json", "vocab.json", "merges.txt",
@@ -202,7 +175,7 @@ class OmniVoiceGeneratorStage(Stage):
         checkpoint = checkpoint or served_checkpoint(context)
         self.model = load_generator(checkpoint, context.device)
         self.model.logits_runner = stage_runner(logits_graph(self.model), context)
-        self.first_codes = _LRU(1024)
+        self.first_codes = LRU(1024)
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
         result = self.run_batch([inputs])[0]

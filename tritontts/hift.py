@@ -1,22 +1,30 @@
-"""CosyVoice3's causal HiFT vocoder: 80-bin mel at 50 Hz -> 24 kHz audio, inference only.
+"""HiFT vocoder, 80-bin mel at 50 Hz -> 24 kHz audio, inference only, in its two variants.
 
 HiFT = neural source filter + iSTFTNet (https://arxiv.org/abs/2309.09493). Per utterance:
 
-  mel --CausalConvRNNF0Predictor (float64)--> f0 per frame
+  mel --ConvRNNF0Predictor--> f0 per frame
       --HarmonicNoiseSource--> one excitation signal at the audio rate (sines of f0 and its
                                 harmonics where voiced, fixed noise everywhere)
-  mel --conv_pre--> [leaky-relu, causal upsampling conv, + excitation STFT brought to this
-                     rate, mean of residual blocks] per upsampling stage
+  mel --conv_pre--> [leaky-relu, upsampling conv, + excitation STFT brought to this rate,
+                     mean of residual blocks] per upsampling stage
       --conv_post--> log-magnitude + phase for a 16-point iSTFT --> audio
 
-Every conv is causal except conv_pre (4 frames of look-right) and the f0 predictor's first
-conv (3 frames). Streaming therefore re-runs the vocoder on all mel received so far with
-`finalize=False`: the look-right frames then come from real mel instead of zero padding, and
-only audio that later mel can no longer change is returned (see `stream_hift`).
+`HiFTGenerator(causal=True)` (the default) is CosyVoice3's CausalHiFTGenerator: every conv
+is causal except conv_pre (4 frames of look-right) and the f0 predictor's first conv (3
+frames), upsampling is nearest-neighbour + conv, the f0 path runs in float64, and the sine
+phase is held per frame. Streaming re-runs it on all mel received so far with
+`finalize=False`: the look-right frames then come from real mel instead of zero padding,
+and only audio that later mel can no longer change is returned (see `stream_hift`).
 
-Module, parameter and buffer names follow upstream (FunAudioLLM/CosyVoice,
-cosyvoice/hifigan/generator.py) so the released `hift.pt` loads with strict key matching
-through `load_hift_state_dict`, which folds upstream's weight norm into plain weights.
+`HiFTGenerator(causal=False)` is CosyVoice2's HiFTGenerator at 24 kHz, which GLM-TTS ships:
+"same"-padded convs, transposed-conv upsampling, the f0 path in the model's dtype, the sine
+phase interpolated linearly between frames and Gaussian noise. It has no streaming contract;
+a caller that streams re-runs it on all mel so far and cross-fades (finalize=True only).
+
+Both variants have the same module, parameter and buffer names, upstream's
+(FunAudioLLM/CosyVoice cosyvoice/hifigan/generator.py, and cosyvoice/hifigan_cosy2 in
+zai-org/GLM-TTS), so a released `hift.pt` loads with strict key matching through
+`load_hift_state_dict`, which folds upstream's weight norm into plain weights.
 """
 from __future__ import annotations
 
@@ -30,12 +38,12 @@ import torch.nn.functional as F
 from scipy.signal import get_window
 from torch import Tensor, nn
 
-from ..checkpoint import CheckpointError
-from .config import kwargs_of
+from .checkpoint import CheckpointError
+from .cosyvoice3.config import kwargs_of
 
 __all__ = [
     "CausalConv1d", "CausalDownsampleConv1d", "CausalUpsampleConv1d", "Snake", "ResBlock",
-    "CausalConvRNNF0Predictor", "HarmonicNoiseSource", "CausalHiFTGenerator",
+    "ConvRNNF0Predictor", "HarmonicNoiseSource", "HiFTGenerator",
     "load_hift_state_dict", "stream_hift", "spectrum_graph", "DEFAULT_NOISE_SEED",
 ]
 
@@ -98,6 +106,15 @@ class CausalUpsampleConv1d(nn.Conv1d):
         return super().forward(F.pad(x, (self.kernel_size[0] - 1, 0)))
 
 
+def _same_length_conv(in_channels: int, out_channels: int, kernel_size: int,
+                      dilation: int = 1, causal: bool = True) -> nn.Conv1d:
+    """A stride-1 conv keeping the length: left-padded if causal, else centred ("same")."""
+    if causal:
+        return CausalConv1d(in_channels, out_channels, kernel_size, dilation=dilation)
+    return nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation,
+                     padding=(kernel_size - 1) * dilation // 2)
+
+
 class Snake(nn.Module):
     """Snake activation x + sin(alpha x)^2 / alpha, one trainable alpha per channel (linear
     scale, as CosyVoice's ResBlocks use it)."""
@@ -113,14 +130,16 @@ class Snake(nn.Module):
 
 
 class ResBlock(nn.Module):
-    """Causal HiFi-GAN residual block: per dilation d, x += conv(snake(conv_d(snake(x))))."""
+    """HiFi-GAN residual block: per dilation d, x += conv(snake(conv_d(snake(x)))), causal or
+    "same"-padded."""
 
-    def __init__(self, channels: int, kernel_size: int, dilations: Sequence[int]) -> None:
+    def __init__(self, channels: int, kernel_size: int, dilations: Sequence[int],
+                 causal: bool = True) -> None:
         super().__init__()
-        self.convs1 = nn.ModuleList(CausalConv1d(channels, channels, kernel_size, dilation=d)
-                                    for d in dilations)
-        self.convs2 = nn.ModuleList(CausalConv1d(channels, channels, kernel_size)
-                                    for _ in dilations)
+        self.convs1 = nn.ModuleList(
+            _same_length_conv(channels, channels, kernel_size, d, causal) for d in dilations)
+        self.convs2 = nn.ModuleList(
+            _same_length_conv(channels, channels, kernel_size, 1, causal) for _ in dilations)
         self.activations1 = nn.ModuleList(Snake(channels) for _ in dilations)
         self.activations2 = nn.ModuleList(Snake(channels) for _ in dilations)
 
@@ -131,27 +150,37 @@ class ResBlock(nn.Module):
         return x
 
 
-class CausalConvRNNF0Predictor(nn.Module):
+class ConvRNNF0Predictor(nn.Module):
     """Mel [B, in_channels, T] -> f0 in Hz [B, T'] (five ELU convs and a linear head; |.|).
 
-    The first conv looks `look_right` (3) frames ahead. With `finalize=False` the last
-    `look_right` input frames only serve as that look-ahead, so T' = T - look_right; with
-    `finalize=True` zeros stand in for frames past the end and T' = T.
+    causal=True (upstream's CausalConvRNNF0Predictor): the first conv (kernel 4) looks
+    `look_right` (3) frames ahead, the others (kernel 3) look back only. With
+    `finalize=False` the last `look_right` input frames only serve as that look-ahead, so
+    T' = T - look_right; with `finalize=True` zeros stand in for frames past the end and
+    T' = T. causal=False (upstream's ConvRNNF0Predictor): five centred kernel-3 convs,
+    T' = T, finalize=True only.
     """
 
-    def __init__(self, num_class: int = 1, in_channels: int = 80, cond_channels: int = 512) -> None:
+    def __init__(self, num_class: int = 1, in_channels: int = 80, cond_channels: int = 512,
+                 causal: bool = True) -> None:
         super().__init__()
         self.num_class = num_class
-        layers: list[nn.Module] = [CausalConv1d(in_channels, cond_channels, 4, side="right"),
-                                   nn.ELU()]
+        self.causal = causal
+        first = (CausalConv1d(in_channels, cond_channels, 4, side="right") if causal
+                 else _same_length_conv(in_channels, cond_channels, 3, causal=False))
+        layers: list[nn.Module] = [first, nn.ELU()]
         for _ in range(4):
-            layers += [CausalConv1d(cond_channels, cond_channels, 3), nn.ELU()]
+            layers += [_same_length_conv(cond_channels, cond_channels, 3, causal=causal),
+                       nn.ELU()]
         # Sequential indices (ELUs at odd positions) give upstream's condnet.{0,2,4,6,8} keys.
         self.condnet = nn.Sequential(*layers)
         self.classifier = nn.Linear(cond_channels, num_class)
 
     @property
     def look_right(self) -> int:
+        """Frames the causal variant's first conv looks ahead."""
+        if not self.causal:
+            raise ValueError("look_right is defined for the causal f0 predictor only")
         return self.condnet[0].pad
 
     def forward(self, mel: Tensor, finalize: bool = True) -> Tensor:
@@ -169,7 +198,7 @@ class CausalConvRNNF0Predictor(nn.Module):
 class _NoiseBank:
     """The fixed noise HarmonicNoiseSource uses, as a deterministic function of sample index.
 
-    Upstream (SineGen2, causal) keeps `rand_ini` (an initial phase per harmonic, the
+    Upstream's causal SineGen2 keeps `rand_ini` (an initial phase per harmonic, the
     fundamental's forced to 0) and a [1, 300 s * 24 kHz, 9] table of U[0, 1) noise made
     once at construction and sliced from sample 0 on every call; that is what lets a re-run on
     a longer mel reproduce earlier samples. Here block b of the table comes from its own
@@ -177,11 +206,15 @@ class _NoiseBank:
     same values whatever order or lengths calls come in, no 300 s limit, and no 260 MB up
     front. (Upstream's second table, SourceModuleHnNSF.uv, feeds only a noise output that
     inference discards, so it has no counterpart here.)
+
+    `normal=True` gives N(0, 1) noise instead, the distribution of the non-causal SineGen2's
+    torch.randn_like (its rand_ini is U[0, 1) as in the causal one).
     """
 
-    def __init__(self, harmonics: int, seed: int) -> None:
+    def __init__(self, harmonics: int, seed: int, normal: bool = False) -> None:
         self.harmonics = harmonics
         self.seed = seed
+        self.normal = normal
         gen = torch.Generator().manual_seed(seed)
         rand_ini = torch.rand(1, harmonics, generator=gen)
         rand_ini[:, 0] = 0
@@ -191,10 +224,11 @@ class _NoiseBank:
     def _block(self, index: int) -> Tensor:
         # Distinct seeds per (seed, block); the +1 keeps block 0 apart from rand_ini's stream.
         gen = torch.Generator().manual_seed((self.seed * 1_000_003 + index + 1) % (1 << 63))
-        return torch.rand(_NOISE_BLOCK_ROWS, self.harmonics, generator=gen)
+        draw = torch.randn if self.normal else torch.rand
+        return draw(_NOISE_BLOCK_ROWS, self.harmonics, generator=gen)
 
     def sine_noise(self, length: int, device: torch.device) -> Tensor:
-        """U[0, 1) noise for samples 0 .. length-1: [1, length, harmonics], float32."""
+        """The noise of samples 0 .. length-1: [1, length, harmonics], float32."""
         table = self._table
         if table.shape[1] < length:
             # Grow at least geometrically so a long stream copies the table O(log n) times.
@@ -212,15 +246,23 @@ class _NoiseBank:
 class HarmonicNoiseSource(nn.Module):
     """f0 per frame -> the NSF excitation at the audio rate, [B, 1, T * samples_per_frame].
 
-    Upstream's SourceModuleHnNSF with its causal SineGen2 (the 24 kHz variant). Sines of f0
-    and `nb_harmonics` overtones, their phase accumulated per frame (so a frame's phase never
-    depends on later frames) and held for the frame's samples; unvoiced samples (f0 <=
+    Upstream's SourceModuleHnNSF with SineGen2 (the 24 kHz variant). Sines of f0 and
+    `nb_harmonics` overtones, their phase accumulated per frame; unvoiced samples (f0 <=
     threshold) keep only noise. A linear layer + tanh merges the harmonics into one channel.
+    causal=True holds each frame's phase for the frame's samples (so it never depends on
+    later frames) and uses U[0, 1) noise, as upstream's causal SineGen2 does; causal=False
+    interpolates the phase linearly between frames and uses Gaussian noise.
+
+    Upstream's non-causal SineGen2 draws its initial phases and its noise afresh on every
+    call (torch.rand, torch.randn_like); both variants here read a fixed seeded table
+    instead (`_NoiseBank`), on purpose: the same mel gives the same audio in every call,
+    process and Triton instance, and a re-run on a longer mel gets the same noise at the
+    samples it shares with the shorter run, which a cross-fade between the two relies on.
     """
 
     def __init__(self, sampling_rate: int, samples_per_frame: int, nb_harmonics: int,
                  sine_amp: float, noise_std: float, voiced_threshold: float,
-                 noise_seed: int = DEFAULT_NOISE_SEED) -> None:
+                 noise_seed: int = DEFAULT_NOISE_SEED, causal: bool = True) -> None:
         super().__init__()
         self.sampling_rate = sampling_rate
         self.samples_per_frame = samples_per_frame
@@ -228,7 +270,8 @@ class HarmonicNoiseSource(nn.Module):
         self.noise_std = noise_std
         self.voiced_threshold = voiced_threshold
         self.harmonics = nb_harmonics + 1
-        self.noise = _NoiseBank(self.harmonics, noise_seed)
+        self.causal = causal
+        self.noise = _NoiseBank(self.harmonics, noise_seed, normal=not causal)
         self.l_linear = nn.Linear(self.harmonics, 1)
 
     def forward(self, f0: Tensor) -> Tensor:
@@ -243,14 +286,19 @@ class HarmonicNoiseSource(nn.Module):
         # rates behave as upstream.
         cycles[:, 0, :] = cycles[:, 0, :] + self.noise.rand_ini.to(device)
         # Upstream's frame-rate step: linear resampling to one value per frame, a running
-        # sum over frames, then each frame's phase held for its samples (x spf because the
-        # sum skipped spf - 1 samples per frame). Kept op for op: equal bits, equal audio.
+        # sum over frames, then back to the audio rate (x spf because the sum skipped spf - 1
+        # samples per frame). Kept op for op: equal bits, equal audio.
         per_frame = F.interpolate(cycles.transpose(1, 2), scale_factor=1 / spf,
                                   mode="linear").transpose(1, 2)
         phase = torch.cumsum(per_frame, dim=1) * 2 * math.pi
-        # Held channels-first, as upstream does, so the [B, L, H] view has upstream's memory
+        # Channels-first, as upstream does, so the [B, L, H] view has upstream's memory
         # layout: l_linear then sums the harmonics in the same order, to the same bits.
-        phase = (phase.transpose(1, 2) * spf).repeat_interleave(spf, dim=2).transpose(1, 2)
+        phase = phase.transpose(1, 2) * spf
+        if self.causal:
+            phase = phase.repeat_interleave(spf, dim=2)     # held: no look at the next frame
+        else:
+            phase = F.interpolate(phase, scale_factor=spf, mode="linear")
+        phase = phase.transpose(1, 2)
         sines = torch.sin(phase) * self.sine_amp
         voiced = (f0 > self.voiced_threshold).to(sines.dtype)
         # Voiced samples get faint noise; unvoiced ones noise of about the sines' amplitude.
@@ -260,12 +308,15 @@ class HarmonicNoiseSource(nn.Module):
         return excitation.transpose(1, 2)
 
 
-class CausalHiFTGenerator(nn.Module):
-    """CosyVoice3's vocoder. Keyword arguments are exactly the `hift:` block of
-    cosyvoice3.yaml; the defaults are that file's values (the released 24 kHz model).
+class HiFTGenerator(nn.Module):
+    """The HiFT vocoder. Keyword arguments are exactly the `hift:` block of cosyvoice3.yaml
+    plus `causal`; the defaults are that file's values (CosyVoice3's released 24 kHz model).
+    GLM-TTS's non-causal vocoder: tritontts.glm_tts.vocoder.GLM_HIFT_CONFIG.
 
-    `f0_predictor` is a CausalConvRNNF0Predictor, or a mapping of its keyword arguments
-    (a "__class__" entry, as a parsed yaml `!new:` tag leaves it, is ignored).
+    `f0_predictor` is a ConvRNNF0Predictor, or a mapping of its keyword arguments (a
+    "__class__" entry, as a parsed yaml `!new:` tag leaves it, is ignored; `causal` follows
+    the generator's). `conv_pre_look_right` is the causal variant's (default 4); the
+    non-causal conv_pre is centred instead.
     """
 
     def __init__(
@@ -287,8 +338,9 @@ class CausalHiFTGenerator(nn.Module):
         source_resblock_dilation_sizes: Sequence[Sequence[int]] = ((1, 3, 5),) * 3,
         lrelu_slope: float = 0.1,
         audio_limit: float = 0.99,
-        conv_pre_look_right: int = 4,
+        conv_pre_look_right: int | None = None,
         f0_predictor: nn.Module | Mapping[str, Any] | None = None,
+        causal: bool = True,
     ) -> None:
         super().__init__()
         istft_params = dict(istft_params or {"n_fft": 16, "hop_len": 4})
@@ -301,32 +353,45 @@ class CausalHiFTGenerator(nn.Module):
             raise ValueError("resblock_kernel_sizes and resblock_dilation_sizes differ in length")
         if sampling_rate == 22050:
             raise ValueError("22.05 kHz HiFT (CosyVoice 1) uses a different sine generator; "
-                             "this module implements CosyVoice3's 24 kHz one")
+                             "this module implements the 24 kHz one")
+        if causal:
+            conv_pre_look_right = 4 if conv_pre_look_right is None else conv_pre_look_right
+        elif conv_pre_look_right:
+            raise ValueError("conv_pre_look_right is a causal HiFT option")
 
+        self.causal = causal
+        self.sample_rate = sampling_rate
         self.n_fft = int(istft_params["n_fft"])
         self.hop_len = int(istft_params["hop_len"])
         self.lrelu_slope = lrelu_slope
         self.audio_limit = audio_limit
-        self.conv_pre_look_right = conv_pre_look_right
+        # Mel frames appended to spectrum's input as look-ahead: none when non-causal.
+        self.conv_pre_look_right = conv_pre_look_right if causal else 0
         self.num_kernels = len(resblock_kernel_sizes)
         # One mel frame = prod(upsample_rates) STFT hops = that many * hop_len samples.
         self.frames_per_mel = int(np.prod(upsample_rates))
         self.samples_per_mel = self.frames_per_mel * self.hop_len
 
-        self.f0_predictor = _build_f0_predictor(f0_predictor, in_channels)
-        # Upstream computes f0 in float64. In float32 a frame's f0 can differ by an ulp between
-        # runs of different length (conv summation order), and the sine phase, a running sum
-        # of f0, would carry that into every later sample; float64 differences vanish in the
-        # cast back to float32, so a streamed run gets the whole run's excitation exactly.
-        self.f0_predictor.double()
+        self.f0_predictor = _build_f0_predictor(f0_predictor, in_channels, causal)
+        if causal:
+            # Upstream computes the causal f0 in float64. In float32 a frame's f0 can differ
+            # by an ulp between runs of different length (conv summation order), and the sine
+            # phase, a running sum of f0, would carry that into every later sample; float64
+            # differences vanish in the cast back to float32, so a streamed run gets the whole
+            # run's excitation exactly.
+            self.f0_predictor.double()
         self.m_source = HarmonicNoiseSource(sampling_rate, self.samples_per_mel, nb_harmonics,
-                                            nsf_alpha, nsf_sigma, nsf_voiced_threshold)
-        self.conv_pre = CausalConv1d(in_channels, base_channels, conv_pre_look_right + 1,
-                                     side="right")
+                                            nsf_alpha, nsf_sigma, nsf_voiced_threshold,
+                                            causal=causal)
+        self.conv_pre = (CausalConv1d(in_channels, base_channels, conv_pre_look_right + 1,
+                                      side="right") if causal
+                         else _same_length_conv(in_channels, base_channels, 7, causal=False))
 
         channels = [base_channels // 2 ** (i + 1) for i in range(stages)]
         self.ups = nn.ModuleList(
-            CausalUpsampleConv1d(base_channels // 2 ** i, channels[i], k, rate)
+            CausalUpsampleConv1d(base_channels // 2 ** i, channels[i], k, rate) if causal
+            else nn.ConvTranspose1d(base_channels // 2 ** i, channels[i], k, rate,
+                                    padding=(k - rate) // 2)
             for i, (rate, k) in enumerate(zip(upsample_rates, upsample_kernel_sizes)))
         # The excitation enters every stage as its STFT (n_fft + 2 channels: real, imag),
         # brought from the STFT frame rate down to that stage's rate.
@@ -334,30 +399,41 @@ class CausalHiFTGenerator(nn.Module):
         self.source_downs = nn.ModuleList()
         for i in range(stages):
             down = int(np.prod(upsample_rates[i + 1:]))
-            self.source_downs.append(CausalConv1d(spec_channels, channels[i], 1) if down == 1
-                                     else CausalDownsampleConv1d(spec_channels, channels[i], down))
+            if down == 1:
+                conv = _same_length_conv(spec_channels, channels[i], 1, causal=causal)
+            elif causal:
+                conv = CausalDownsampleConv1d(spec_channels, channels[i], down)
+            else:
+                conv = nn.Conv1d(spec_channels, channels[i], 2 * down, down, padding=down // 2)
+            self.source_downs.append(conv)
         self.source_resblocks = nn.ModuleList(
-            ResBlock(channels[i], k, d)
+            ResBlock(channels[i], k, d, causal)
             for i, (k, d) in enumerate(zip(source_resblock_kernel_sizes,
                                            source_resblock_dilation_sizes)))
         # Flat list, num_kernels blocks per stage, as upstream indexes it.
         self.resblocks = nn.ModuleList(
-            ResBlock(ch, k, d) for ch in channels
+            ResBlock(ch, k, d, causal) for ch in channels
             for k, d in zip(resblock_kernel_sizes, resblock_dilation_sizes))
-        self.conv_post = CausalConv1d(channels[-1], spec_channels, 7)
+        self.conv_post = _same_length_conv(channels[-1], spec_channels, 7, causal=causal)
         window = get_window("hann", self.n_fft, fftbins=True).astype(np.float32)
         self.register_buffer("stft_window", torch.from_numpy(window), persistent=False)
         # Set by a stage that runs `spectrum` elsewhere (tritontts.runtime: ONNX, TensorRT).
         self.spectrum_runner = None
 
     @classmethod
-    def from_config(cls, hift_block: Mapping[str, Any]) -> CausalHiFTGenerator:
+    def from_config(cls, hift_block: Mapping[str, Any]) -> HiFTGenerator:
         """Build from the parsed `hift:` block of cosyvoice3.yaml ("__class__" ignored)."""
         return cls(**kwargs_of(hift_block))
 
+    def _require_causal(self, what: str) -> None:
+        if not self.causal:
+            raise ValueError(f"{what} is defined for the causal HiFT only; re-run the "
+                             "non-causal one on all mel so far (finalize=True)")
+
     @property
     def f0_look_right(self) -> int:
-        """Mel frames the f0 predictor's first conv looks ahead (3)."""
+        """Mel frames the causal f0 predictor's first conv looks ahead (3)."""
+        self._require_causal("f0_look_right")
         first = self.f0_predictor.condnet[0]
         # `causal_padding`: an upstream-built predictor passed in as a module.
         return first.pad if isinstance(first, CausalConv1d) else int(first.causal_padding)
@@ -370,7 +446,8 @@ class CausalHiFTGenerator(nn.Module):
 
     def reseed_noise(self, seed: int) -> None:
         """Use another fixed noise table (default DEFAULT_NOISE_SEED)."""
-        self.m_source.noise = _NoiseBank(self.m_source.harmonics, seed)
+        source = self.m_source
+        source.noise = _NoiseBank(source.harmonics, seed, normal=source.noise.normal)
 
     def _stft(self, x: Tensor) -> Tensor:
         spec = torch.stft(x, self.n_fft, self.hop_len, self.n_fft, window=self.stft_window,
@@ -386,22 +463,27 @@ class CausalHiFTGenerator(nn.Module):
     def decode(self, mel: Tensor, source: Tensor, finalize: bool = True) -> Tensor:
         """Mel [B, C, T] + excitation [B, 1, T * samples_per_mel] -> audio [B, N].
 
-        finalize=True: N = T * samples_per_mel. finalize=False: the last conv_pre_look_right
-        frames are look-ahead only, and the last decoded frame's audio is withheld because
-        its iSTFT overlap-add still lacks the following frames: N = (T - look_right - 1) *
-        samples_per_mel.
+        finalize=True: N = T * samples_per_mel. finalize=False (causal only): the last
+        conv_pre_look_right frames are look-ahead only, and the last decoded frame's audio
+        is withheld because its iSTFT overlap-add still lacks the following frames: N =
+        (T - look_right - 1) * samples_per_mel.
         """
+        if not finalize:
+            self._require_causal("finalize=False")
         spec = self._stft(source.squeeze(1))
         look_right = self.conv_pre_look_right
-        if finalize:
-            ahead = mel.new_zeros(mel.shape[0], mel.shape[1], look_right)
+        if not self.causal:
+            mel_ahead = mel
+        elif finalize:
+            mel_ahead = torch.cat([mel, mel.new_zeros(mel.shape[0], mel.shape[1], look_right)],
+                                  dim=2)
         else:
-            mel, ahead = mel[:, :, :mel.shape[2] - look_right], mel[:, :, mel.shape[2] - look_right:]
             # Only the decoded frames' excitation: the look-ahead frames are not decoded (and
             # their centred STFT frames would reach into the reflect-padded end).
+            mel_ahead = mel
             spec = spec[:, :, :spec.shape[2] - self.frames_per_mel * look_right]
         spectrum = self.spectrum_runner or self.spectrum
-        x = spectrum(torch.cat([mel, ahead], dim=2), spec)[0]
+        x = spectrum(mel_ahead, spec)[0]
         bins = self.n_fft // 2 + 1
         audio = self._istft(x[:, :bins], x[:, bins:])
         if not finalize:
@@ -411,9 +493,11 @@ class CausalHiFTGenerator(nn.Module):
     def spectrum(self, mel_ahead: Tensor, spec: Tensor) -> tuple[Tensor]:
         """The network alone (what the ONNX/TensorRT export holds; STFT and iSTFT stay in
         torch, where they export poorly): mel with its conv_pre_look_right frames of
-        look-ahead [B, C, T + look_right], excitation STFT [B, n_fft + 2, T * frames_per_mel
-        + 1] -> (log-magnitude and phase code [B, n_fft + 2, T * frames_per_mel + 1],)."""
-        # conv_pre's right padding is the look-ahead already appended: the bare conv.
+        look-ahead (none when non-causal) [B, C, T + look_right], excitation STFT [B, n_fft
+        + 2, T * frames_per_mel + 1] -> (log-magnitude and phase code [B, n_fft + 2,
+        T * frames_per_mel + 1],)."""
+        # The plain Conv1d forward: a causal conv_pre's right padding is the look-ahead
+        # already appended, a non-causal one pads itself (Conv1d padding=3).
         x = nn.Conv1d.forward(self.conv_pre, mel_ahead)
         last = len(self.ups) - 1
         for i, up in enumerate(self.ups):
@@ -430,17 +514,31 @@ class CausalHiFTGenerator(nn.Module):
         # Upstream uses leaky_relu's default slope (0.01) here, not lrelu_slope.
         return (self.conv_post(F.leaky_relu(x)),)
 
+    def forward(self, mel: Tensor) -> Tensor:
+        """Mel [B, C, T] -> audio [B, T * samples_per_mel]: `inference` of a whole
+        utterance, the mel -> audio call tritontts.glm_tts.vocoder.Vocoder describes."""
+        return self.inference(mel)[0]
+
     @torch.inference_mode()
     def inference(self, speech_feat: Tensor, finalize: bool = True) -> tuple[Tensor, Tensor]:
         """Mel [B, in_channels, T] (float32) -> (audio [B, N], excitation [B, 1, M]).
 
-        finalize=True (last or only call): N = T * samples_per_mel, frames past the end
-        read as zeros. finalize=False (more mel will follow): the last f0_look_right +
-        conv_pre_look_right frames serve as look-ahead only and one more frame is withheld,
-        N = (T - min_partial_frames) * samples_per_mel; those N samples equal the first N
-        of any later run on a longer mel (upstream's streaming contract).
+        finalize=True (last or only call; the only mode of the non-causal variant): N = T *
+        samples_per_mel, frames past the end read as zeros. finalize=False (causal: more mel
+        will follow): the last f0_look_right + conv_pre_look_right frames serve as
+        look-ahead only and one more frame is withheld, N = (T - min_partial_frames) *
+        samples_per_mel; those N samples equal the first N of any later run on a longer mel
+        (upstream's streaming contract).
         """
         frames = speech_feat.shape[2]
+        if not self.causal:
+            if not finalize:
+                self._require_causal("finalize=False")
+            if frames < 1:
+                raise ValueError("no mel frames to decode")
+            f0 = self.f0_predictor(speech_feat)
+            source = self.m_source(f0)
+            return self.decode(speech_feat, source), source
         if frames < (1 if finalize else self.min_partial_frames):
             raise ValueError(f"{frames} mel frames are too few for finalize={finalize}")
         predictor = self.f0_predictor
@@ -456,18 +554,22 @@ class CausalHiFTGenerator(nn.Module):
         return self.decode(mel, source, finalize), source
 
 
-def spectrum_graph(hift: CausalHiFTGenerator, max_batch: int = 16, max_frames: int = 3000):
-    """CausalHiFTGenerator.spectrum as a tritontts.runtime Graph. The stage re-runs the
-    vocoder on all mel so far, so frames range like the flow's (opt: a few 50-frame chunks).
-    The excitation STFT has frames_per_mel hops per decoded mel frame plus one: an axis
-    derived from the mel's."""
-    from ..runtime import Axis, Graph, Method, TensorSpec
+def spectrum_graph(hift: HiFTGenerator, max_batch: int = 16, max_frames: int = 3000,
+                   name: str | None = None):
+    """HiFTGenerator.spectrum as a tritontts.runtime Graph, named `name` (default
+    "cosyvoice3_hift_spectrum" for the causal variant, "hift_spectrum" otherwise). Stages
+    re-run the vocoder on all mel so far, so frames range like the flow's (opt: a few
+    50-frame chunks). The excitation STFT has frames_per_mel hops per decoded mel frame
+    plus one: an axis derived from the mel's."""
+    from .runtime import Axis, Graph, Method, TensorSpec
 
     look = hift.conv_pre_look_right
     hops = hift.frames_per_mel
     f32 = torch.float32
+    if name is None:
+        name = "cosyvoice3_hift_spectrum" if hift.causal else "hift_spectrum"
     return Graph(
-        name="cosyvoice3_hift_spectrum", module=Method(hift, "spectrum"),
+        name=name, module=Method(hift, "spectrum"),
         inputs=(TensorSpec("mel_ahead", f32, ("batch", hift.conv_pre.in_channels, "mel_frames")),
                 TensorSpec("spec", f32, ("batch", hift.n_fft + 2, "stft_frames"))),
         outputs=("spectrum",),
@@ -477,12 +579,13 @@ def spectrum_graph(hift: CausalHiFTGenerator, max_batch: int = 16, max_frames: i
         output_axes={"spectrum": {0: "batch", 2: "stft_frames"}})
 
 
-def _build_f0_predictor(spec: nn.Module | Mapping[str, Any] | None, in_channels: int) -> nn.Module:
+def _build_f0_predictor(spec: nn.Module | Mapping[str, Any] | None, in_channels: int,
+                        causal: bool) -> nn.Module:
     if spec is None:
-        return CausalConvRNNF0Predictor(in_channels=in_channels)
+        return ConvRNNF0Predictor(in_channels=in_channels, causal=causal)
     if isinstance(spec, nn.Module):
         return spec
-    return CausalConvRNNF0Predictor(**kwargs_of(spec))
+    return ConvRNNF0Predictor(**kwargs_of(spec), causal=causal)
 
 
 # Upstream key suffixes of a weight-normed `weight` (old torch.nn.utils.weight_norm, and
@@ -542,15 +645,17 @@ def load_hift_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor]) -> 
     return model
 
 
-def stream_hift(model: CausalHiFTGenerator, mel_so_far: Tensor, emitted_samples: int,
+def stream_hift(model: HiFTGenerator, mel_so_far: Tensor, emitted_samples: int,
                 finalize: bool) -> tuple[Tensor, int]:
-    """One streaming step of CosyVoice3Model.token2wav's vocoder part, stateless.
+    """One streaming step of CosyVoice3Model.token2wav's vocoder part, stateless; causal
+    HiFT only.
 
     Runs the vocoder on all mel received so far ([B, C, T]) and returns the audio not yet
     emitted, (new_audio [B, n], emitted_samples + n). Pass finalize=True exactly once, with
     the complete mel. Before min_partial_frames frames a partial step yields no audio
     (upstream would fail there).
     """
+    model._require_causal("stream_hift")
     if not finalize and mel_so_far.shape[2] < model.min_partial_frames:
         return mel_so_far.new_zeros(mel_so_far.shape[0], 0), emitted_samples
     audio, _ = model.inference(mel_so_far, finalize=finalize)

@@ -1,0 +1,49 @@
+"""GLM-TTS's descriptor: zero-shot voice cloning from a 3-10 s reference, 24 kHz (HiFT) or
+32 kHz (Vocos2D), streamed in growing chunks."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..family import Capabilities, Family
+from .request import KNOWN, parse_glm_tts_params
+
+
+def _preflight(path: Path) -> None:
+    from .checkpoint import open_checkpoint
+
+    open_checkpoint(path)
+
+
+def _write_random_checkpoint(out: Path, seed: int = 0, size: str = "tiny") -> Path:
+    from .random_checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(out, seed, size)
+
+
+def _example_params() -> dict:
+    """A 3 s synthetic reference (the shortest the family takes)."""
+    from ..cosyvoice3.family import FAMILY as COSYVOICE3
+
+    return COSYVOICE3.example_params()
+
+
+FAMILY = Family(
+    name="glm_tts",
+    description="GLM-TTS: Llama talker on vLLM -> flow-matching DiT -> HiFT; clones the "
+                "voice of ref_audio",
+    stages=("glm_tts_prompt", "glm_tts_talker", "glm_tts_flow", "glm_tts_vocoder"),
+    parse_params=parse_glm_tts_params,
+    fields=frozenset(KNOWN),
+    capabilities=Capabilities(sample_rate=24000, native_speed=False, reference_audio=True,
+                              instructions=False, languages=("zh", "en")),
+    checkpoint_help="a zai-org/GLM-TTS directory: llm/, vq32k-phoneme-tokenizer/, flow/flow.pt "
+                    "+ flow/config.yaml, hift/hift.pt (or vocos2d/), speech_tokenizer/, "
+                    "frontend/campplus.onnx",
+    checkpoint_required=True,
+    preflight=_preflight,
+    voices=lambda checkpoint: ["default"],
+    voice_encoder="glm_tts_prompt",
+    released_names=("zai-org/GLM-TTS",),
+    write_random_checkpoint=_write_random_checkpoint,
+    example_params=_example_params,
+)
