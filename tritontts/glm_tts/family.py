@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..family import Capabilities, Family
+from ..family import Capabilities, Family, synthetic_reference
 from .request import KNOWN, parse_glm_tts_params
 
 
@@ -18,13 +18,6 @@ def _write_random_checkpoint(out: Path, seed: int = 0, size: str = "tiny") -> Pa
     from .random_checkpoint import write_random_checkpoint
 
     return write_random_checkpoint(out, seed, size)
-
-
-def _example_params() -> dict:
-    """A 3 s synthetic reference (the shortest the family takes)."""
-    from ..cosyvoice3.family import FAMILY as COSYVOICE3
-
-    return COSYVOICE3.example_params()
 
 
 FAMILY = Family(
@@ -45,5 +38,5 @@ FAMILY = Family(
     voice_encoder="glm_tts_prompt",
     released_names=("zai-org/GLM-TTS",),
     write_random_checkpoint=_write_random_checkpoint,
-    example_params=_example_params,
+    example_params=synthetic_reference,     # a 3 s reference: the shortest the family takes
 )
