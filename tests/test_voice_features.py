@@ -22,7 +22,7 @@ CLONING = [f for f in FAMILIES.values() if f.voice_encoder is not None]
 OPTIONS = {"qwen3_tts": {"kind": "base"}}
 
 
-def reference(seconds: float = 2.0) -> str:
+def reference(seconds: float = 3.0) -> str:  # 3 s: the shortest GLM-TTS takes
     rate = 24000
     t = np.arange(int(rate * seconds)) / rate
     buf = io.BytesIO()

@@ -63,6 +63,9 @@ GPU_STAGES: dict[str, GpuStage] = {
     "omnivoice_generator": GpuStage(count=1, max_batch_size=16),
     "omnivoice_decoder": GpuStage(count=2, max_batch_size=16),
     "higgs_audio_v2_decoder": GpuStage(count=2, max_batch_size=16),
+    # Stateful per stream (ONE_INSTANCE below); PyTorch on the card, no exported graphs yet.
+    "glm_tts_flow": GpuStage(count=1, max_batch_size=8),
+    "glm_tts_vocoder": GpuStage(count=1, max_batch_size=16),
     # The piper stage picks its onnxruntime providers itself (tritontts/piper/vits.py): on
     # a GPU instance it gains only once that code asks for the CUDA provider.
     "piper_vits": GpuStage(count=2, max_batch_size=16),
@@ -85,11 +88,15 @@ CPU_STAGES: dict[str, str] = {
                          "by content"),
     "higgs_audio_v2_prompt": ("per request it only tokenizes text; its codec encoder runs "
                               "once per new reference, whose codes are cached by content"),
+    "glm_tts_prompt": ("per request it only tokenizes text; its networks (WhisperVQ, CAM++) "
+                       "run once per new reference, whose features are cached by content"),
 }
 
 # GPU stages that must stay one instance on the first listed GPU, and why.
 ONE_INSTANCE: dict[str, str] = {
     "omnivoice_generator": "it keeps each stream's first-segment codes for the later segments",
+    "glm_tts_flow": "it keeps each stream's ODE trajectory for the stream's next chunk",
+    "glm_tts_vocoder": "it keeps each stream's send position and cross-fade tail",
 }
 
 # The non-autoregressive networks (tritontts/runtime.py's stage_runner reads these):
@@ -120,7 +127,7 @@ TALKER_BUDGET = 0.8
 TALKERS: dict[str, Talker] = {
     # A stock Qwen2 decoder (its logits processor runs after the forward): CUDA graphs
     # can capture the forward.
-    "cosyvoice3_talker": Talker(share=0.3),
+    "cosyvoice3_talker": Talker(share=0.2),
     # Stays eager: its forward runs per-row Python every step (tritontts/vllm_frames.py
     # reads which request each row is, builds frame embeddings, runs the code predictor),
     # which a captured CUDA graph would replay without running.
@@ -129,6 +136,11 @@ TALKERS: dict[str, Talker] = {
     # makes the "3B" 5.8 B parameters: 11.5 GB of bf16 weights, the rest of its share KV
     # cache (28 layers x 8 KV heads x 128: 112 KiB per token in bf16).
     "higgs_audio_v2_talker": Talker(share=0.2, cuda_graphs=False),
+    # A stock Llama with the RAS logits processor, like CosyVoice3's: CUDA graphs capture
+    # the forward. 1.9 B parameters: 3.8 GB of bf16 weights, the rest KV cache (28 layers x
+    # 4 KV heads x 128: 56 KiB per token in bf16). CosyVoice3's 0.5 B talker gave up 0.1
+    # for it (its weights are 1 GB).
+    "glm_tts_talker": Talker(share=0.1),
 }
 
 
