@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from tritontts.benchmark.arms import enter_arm, report_arm, run_arm
+from tritontts.benchmark.arms import compare_talker_arms, enter_arm, report_arm
 from tritontts.benchmark.served import measure_served
 from tritontts.family import synthetic_reference
 from tritontts.testing.stack import REPO
@@ -132,14 +132,8 @@ def main() -> None:
             write_random_checkpoint(root, size="released")
     if not args.skip_talker:
         print(f"talker, {args.tokens} tokens per request")
-        print("| threads | batch | vLLM tokens/s | transformers tokens/s | ratio |")
-        print("|---:|---:|---:|---:|---:|")
-        for n in (int(v) for v in args.threads.split(",")):
-            arm_args = ["--checkpoint", str(root), "--tokens", str(args.tokens)]
-            got = {arm: run_arm(Path(__file__), arm, n, arm_args) for arm in ("vllm", "reference")}
-            for batch in ("1", "8"):
-                v, r = got["vllm"][batch], got["reference"][batch]
-                print(f"| {n} | {batch} | {v:.2f} | {r:.2f} | {v / r:.2f}× |", flush=True)
+        compare_talker_arms(Path(__file__), ["--checkpoint", str(root), "--tokens", str(args.tokens)],
+                            args.threads, "tokens")
     if not args.skip_serving:
         reference = synthetic_reference()
         measure_served("glm_tts", root, lambda k: {"input": TEXTS[k % len(TEXTS)], "seed": k, **reference},

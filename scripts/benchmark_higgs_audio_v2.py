@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from tritontts.benchmark.arms import enter_arm, report_arm, run_arm
+from tritontts.benchmark.arms import compare_talker_arms, enter_arm, report_arm
 from tritontts.benchmark.served import measure_served
 from tritontts.testing.stack import REPO
 
@@ -145,14 +145,8 @@ def main() -> None:
             write_random_checkpoint(root, size="released")
     if not args.skip_talker:
         print(f"talker, {args.frames} steps per request")
-        print("| threads | batch | vLLM steps/s | transformers steps/s | ratio |")
-        print("|---:|---:|---:|---:|---:|")
-        for n in (int(v) for v in args.threads.split(",")):
-            arm_args = ["--checkpoint", str(root), "--frames", str(args.frames)]
-            got = {arm: run_arm(Path(__file__), arm, n, arm_args) for arm in ("vllm", "reference")}
-            for batch in ("1", "8"):
-                v, r = got["vllm"][batch], got["reference"][batch]
-                print(f"| {n} | {batch} | {v:.2f} | {r:.2f} | {v / r:.2f}× |", flush=True)
+        compare_talker_arms(Path(__file__), ["--checkpoint", str(root), "--frames", str(args.frames)],
+                            args.threads, "steps")
     if not args.skip_serving:
         serving(root, args.frames)
 

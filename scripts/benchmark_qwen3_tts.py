@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from tritontts.benchmark.arms import enter_arm, report_arm, run_arm
+from tritontts.benchmark.arms import compare_talker_arms, enter_arm, report_arm
 from tritontts.benchmark.served import measure_served
 from tritontts.testing.stack import REPO
 
@@ -157,14 +157,8 @@ def main() -> None:
         if not (root / "speech_tokenizer" / "model.safetensors").exists():
             write_random_checkpoint(root, kind="custom_voice", size="0.6b")
     if not args.skip_talker:
-        print("| threads | batch | vLLM frames/s | reference frames/s | ratio |")
-        print("|---:|---:|---:|---:|---:|")
-        for n in (int(v) for v in args.threads.split(",")):
-            arm_args = ["--checkpoint", str(root), "--frames", str(args.frames)]
-            got = {arm: run_arm(Path(__file__), arm, n, arm_args) for arm in ("vllm", "reference")}
-            for batch in ("1", "8"):
-                v, r = got["vllm"][batch], got["reference"][batch]
-                print(f"| {n} | {batch} | {v:.2f} | {r:.2f} | {v / r:.2f}× |", flush=True)
+        compare_talker_arms(Path(__file__), ["--checkpoint", str(root), "--frames", str(args.frames)],
+                            args.threads, "frames")
     if not args.skip_serving:
         serving(root, args.frames)
 

@@ -51,3 +51,15 @@ def run_arm(script: Path, arm: str, threads: int, args: list[str]) -> dict[str, 
     if result["torch_threads"] != threads:
         raise RuntimeError(f"{arm} ran with {result['torch_threads']} threads, not {threads}")
     return result
+
+
+def compare_talker_arms(script: Path, arm_args: list[str], threads: str, unit: str) -> None:
+    """The talker table every family benchmark prints: for each thread count, the vLLM arm
+    and the reference arm (`script --arm vllm|reference *arm_args`), batch 1 and 8."""
+    print(f"| threads | batch | vLLM {unit}/s | reference {unit}/s | ratio |")
+    print("|---:|---:|---:|---:|---:|")
+    for n in (int(v) for v in threads.split(",")):
+        got = {arm: run_arm(script, arm, n, arm_args) for arm in ("vllm", "reference")}
+        for batch in ("1", "8"):
+            v, r = got["vllm"][batch], got["reference"][batch]
+            print(f"| {n} | {batch} | {v:.2f} | {r:.2f} | {v / r:.2f}× |", flush=True)
