@@ -60,7 +60,8 @@ class RasLogitsProcessor(LogitsProcessor):
             recent = [t - offset if offset <= t < offset + size else row.position.get(t, -1)
                       for t in row.output_ids[-args["win_size"]:]]
             dist = ras_distribution(scores, [r for r in recent if r >= 0], args["top_p"],
-                                    args["top_k"], args["win_size"], args["tau_r"])
+                                    args["top_k"], args["win_size"], args["tau_r"],
+                                    args.get("ban_repeated", True))
             logits[index] = float("-inf")
             logits[index, candidates] = dist.clamp_min(0).log().to(logits.dtype)
         return logits

@@ -24,8 +24,10 @@ MAX_PROMPT_SPEECH = 750          # upstream's MAX_LLM_SEQ_INP_LEN
 MIN_TOKEN_TEXT_RATIO, MAX_TOKEN_TEXT_RATIO = 2, 20
 BLOCK_SIZES = (25, 50, 200)      # tokens per chunk; the last repeats
 LOOK_AHEAD = (12, 25, 100)       # tokens of each chunk's audio the next chunk redoes
-# RAS knobs upstream uses (cosyvoice.utils.common.ras_sampling defaults).
-RAS_DEFAULTS = {"top_p": 0.8, "top_k": 25, "win_size": 10, "tau_r": 0.1}
+# RAS knobs upstream uses (cosyvoice.utils.common.ras_sampling defaults). GLM-TTS's copy of
+# ras_sampling redraws a repeated token from the full softmax without banning it (CosyVoice
+# bans it), hence ban_repeated False (tritontts.ras.ras_distribution).
+RAS_DEFAULTS = {"top_p": 0.8, "top_k": 25, "win_size": 10, "tau_r": 0.1, "ban_repeated": False}
 
 
 @dataclass
@@ -40,15 +42,17 @@ class History:
 
     def prune(self, prompt_text: list[int], prompt_speech: list[int], next_text: list[int]) -> None:
         """Drop the oldest segments while prompt + history speech + the next segment's
-        estimated speech (at the history's tokens-per-text-token ratio) passes 750."""
-        while self.texts:
-            text_len = len(prompt_text) + sum(map(len, self.texts))
-            speech_len = len(prompt_speech) + sum(map(len, self.speech))
-            estimate = int(speech_len / max(text_len, 1) * len(next_text))
-            if speech_len + estimate <= MAX_PROMPT_SPEECH:
-                return
+        estimated speech passes 750. The estimate is taken once, at the ratio of speech to
+        text tokens before any is dropped, as upstream's get_cached_prompt does (re-estimating
+        after each drop would drop other segments than upstream)."""
+        if not self.texts:
+            return
+        text_len = len(prompt_text) + sum(map(len, self.texts))
+        speech_len = len(prompt_speech) + sum(map(len, self.speech))
+        estimate = int(speech_len / max(text_len, 1) * len(next_text))
+        while self.texts and speech_len + estimate > MAX_PROMPT_SPEECH:
             self.texts.pop(0)
-            self.speech.pop(0)
+            speech_len -= len(self.speech.pop(0))
 
 
 def segment_prompt(prompt_text: list[int], prompt_speech: list[int], text: list[int],
