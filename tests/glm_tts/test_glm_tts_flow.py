@@ -17,32 +17,14 @@ import torch
 from tritontts.checkpoint import CheckpointError
 from tritontts.glm_tts.flow import (FlowCache, GLMTTSDiT, GLMTTSFlow, block_attention_mask,
                                     build_flow, flow_state_dict, frame_noise)
-from tritontts.testing.references import vllm_omni_module
+from tritontts.testing.references import glm_tts_dit_stand_ins, vllm_omni_module
 
 TINY = dict(dim=128, depth=2, heads=2, ff_mult=2, vocab=300, token_dim=32, conv_layers=2,
             cond_dim=80, speaker_adaln=True)
 THEIR_TINY = dict(trans_dim=128, depth=2, heads=2, dim_head=64, ff_mult=2, dropout=0.0, mel_dim=80,
                   text_vocab_size=300, text_emb_dim=32, conv_layers=2, condition_dim=80,
                   spkr_emb_adaln=True, spkr_dim=192)
-class _SdpaAttention(torch.nn.Module):
-    """Stands in for vLLM-Omni's diffusion attention layer (it needs their runtime): plain
-    SDPA on their [B, T, heads, dim] layout, what that layer computes with no mask."""
-
-    def __init__(self, softmax_scale: float, **_) -> None:
-        super().__init__()
-        self.scale = softmax_scale
-
-    def forward(self, q, k, v, attn_metadata=None):
-        out = torch.nn.functional.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=self.scale)
-        return out.transpose(1, 2)
-
-
-STAND_INS = {
-    "vllm_omni.diffusion.attention.layer": {"Attention": _SdpaAttention},
-    "vllm_omni.model_executor.models.glm_tts.glm_tts": {"resolve_glm_tts_model_dir": None},
-    "vllm_omni.model_executor.models.output_templates": {"OmniOutput": object},
-}
+STAND_INS = glm_tts_dit_stand_ins()
 
 
 @pytest.fixture(scope="module")
