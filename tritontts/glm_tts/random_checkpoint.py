@@ -33,11 +33,11 @@ RELEASED_TEXT_RANKS = 59246
 SIZES = {
     "tiny": dict(llama=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                             num_attention_heads=2, num_key_value_heads=1),
-                 text_ranks=320, dit=dict(dim=128, depth=2, heads=2, token_dim=32, conv_layers=2,
+                 stop_bias=0.1, text_ranks=320, dit=dict(dim=128, depth=2, heads=2, token_dim=32, conv_layers=2,
                                           vocab=AUDIO_TOKENS)),
     "released": dict(llama=dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                                 num_attention_heads=16, num_key_value_heads=4),
-                     text_ranks=RELEASED_TEXT_RANKS,
+                     stop_bias=3.0, text_ranks=RELEASED_TEXT_RANKS,
                      dit=dict(dim=768, depth=18, heads=12, token_dim=512, conv_layers=4, vocab=100000)),
 }
 # flow/config.yaml as upstream writes it (hyperpyyaml; the tag names its Flow class).
@@ -110,17 +110,17 @@ def write_llm(folder: Path, size: str, vocab: int, ids: dict[str, int], seed: in
                          **SIZES[size]["llama"])
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(dtype)
-    if size == "tiny":
-        # A random talker would hardly ever sample <|user|> and always run to 20 tokens per
-        # text token (seconds of audio per word, slow tests). A direction shared by every
-        # audio token's embedding, read by the <|user|> row of lm_head, makes a stream end
-        # after about 20-25 tokens past its minimum length (measured under RAS: 4-5% a step).
-        ats = ids["<|audio_0|>"]
-        shared = torch.randn(config.hidden_size, generator=torch.Generator().manual_seed(seed))
-        shared /= shared.norm()
-        with torch.no_grad():
-            model.model.embed_tokens.weight[ats:ats + AUDIO_TOKENS] += shared
-            model.lm_head.weight[ids["<|user|>"]] = 0.1 * shared
+    # A random talker would hardly ever sample <|user|> and always run to 20 tokens per text
+    # token (seconds of audio per word: slow tests, and benchmarks timing speech no real
+    # model makes). A direction shared by every audio token's embedding, read by the
+    # <|user|> row of lm_head, makes a stream end some 20-30 tokens past its minimum length
+    # (measured under RAS: 4-5% a step; `stop_bias` per size, found by measuring).
+    ats = ids["<|audio_0|>"]
+    shared = torch.randn(config.hidden_size, generator=torch.Generator().manual_seed(seed))
+    shared /= shared.norm()
+    with torch.no_grad():
+        model.model.embed_tokens.weight[ats:ats + AUDIO_TOKENS] += shared.to(dtype)
+        model.lm_head.weight[ids["<|user|>"]] = (SIZES[size]["stop_bias"] * shared).to(dtype)
     model.save_pretrained(str(folder), safe_serialization=True)
 
 
