@@ -139,7 +139,7 @@ def main() -> None:
     if not args.skip_serving:
         reference = synthetic_reference()
         measure_served("glm_tts", root, lambda k: {"input": TEXTS[k % len(TEXTS)], "seed": k, **reference},
-                       stall_timeout=3600)
+                       stall_timeout=3600, request_timeout=7200)
 
 
 if __name__ == "__main__":

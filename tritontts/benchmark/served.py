@@ -11,18 +11,21 @@ from typing import Any, Callable
 
 def measure_served(family: str, checkpoint_dir: Path, body: Callable[[int], dict[str, Any]],
                    concurrencies=(1, 4), stall_timeout: int | None = None,
-                   warmup: dict[str, Any] | None = None) -> dict[int, dict[str, float]]:
+                   warmup: dict[str, Any] | None = None,
+                   request_timeout: int | None = None) -> dict[int, dict[str, float]]:
     """Start a stack serving `family` on `checkpoint_dir`, send one warm-up request
     (`warmup` fields over body(0)), then at each concurrency n requests body(0..n-1) at
     once; prints and returns {n: {ttfa, audio_s, wall_s, rtf}}. `stall_timeout` raises
-    the front's limit on a stage that sends nothing (a CPU at released size may need it)."""
+    the front's limit on a stage that sends nothing, `request_timeout` its limit on a whole
+    request (a CPU at released size may need them)."""
     import httpx
 
     from ..testing.stack import REPO, Stack
 
     tmp = REPO / ".cache" / f"bench-{family}"
     tmp.mkdir(parents=True, exist_ok=True)
-    extra = ("--stall-timeout", str(stall_timeout)) if stall_timeout else ()
+    extra = (("--stall-timeout", str(stall_timeout)) if stall_timeout else ()) + (
+        ("--request-timeout", str(request_timeout)) if request_timeout else ())
     stack = Stack(tmp, (family,), {family: checkpoint_dir}, extra_args=extra).start(timeout=1800)
 
     def one(fields: dict[str, Any]):
