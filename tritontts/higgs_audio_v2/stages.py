@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 from typing import Any, AsyncIterator
 
 import numpy as np
@@ -28,6 +27,7 @@ import torch
 
 from .. import sampling
 from ..audio import reference_recording
+from ..lru import LRU
 from ..sampling import SAMPLING
 from ..stage import (AUDIO, at_least_one_row, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest,
                      Stage, StageContext, begin_request, parse_params)
@@ -68,7 +68,7 @@ class HiggsAudioV2PromptStage(Stage):
         self.tokenizer = TextTokenizer(self.checkpoint)
         self._encoder = None
         self._lock = threading.Lock()
-        self.references: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.references = LRU(64)      # reference codes by content
         root = self.checkpoint.root
         # What a stored voice's codes depend on: the codec (and nothing of the talker).
         self.fingerprint = checkpoint_fingerprint(root, ["audio_tokenizer"])
@@ -121,14 +121,7 @@ class HiggsAudioV2PromptStage(Stage):
             return None, None
         audio = reference_recording(params.ref_audio, SAMPLE_RATE_HZ, MIN_REF_SECONDS, MAX_REF_SECONDS)
         key = hashlib.sha256(audio.tobytes()).hexdigest()
-        with self._lock:
-            codes = self.references.get(key)
-        if codes is None:
-            codes = self.encoder.encode(audio.astype(np.float32))
-            with self._lock:
-                self.references[key] = codes
-                while len(self.references) > 64:
-                    self.references.popitem(last=False)
+        codes = self.references.get(key, lambda: self.encoder.encode(audio.astype(np.float32)))
         return codes, params.ref_text
 
     def encode_voice(self, inputs: Inputs) -> bytes:

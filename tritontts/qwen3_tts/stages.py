@@ -13,14 +13,13 @@ stages as TRITONTTS_QWEN3_TTS_CHECKPOINT); tests hand a checkpoint in directly.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from typing import Any, AsyncIterator
 
 import numpy as np
 import torch
 
 from ..audio import reference_recording
+from ..lru import LRU
 from ..stage import (AUDIO, at_least_one_row, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest,
                      Stage, StageContext, begin_request, parse_params)
 from .. import sampling
@@ -50,25 +49,6 @@ def export_graphs(checkpoint: Qwen3TTSCheckpoint) -> list:
     return list(code2wav_graphs(load_code2wav(checkpoint.path("speech_tokenizer"))))
 
 
-class _ReferenceCache:
-    """Speaker embeddings and reference codes by content (a voice is cloned many times)."""
-
-    def __init__(self, size: int = 64):
-        self.size, self.items, self.lock = size, OrderedDict(), threading.Lock()
-
-    def get(self, key: str, make):
-        with self.lock:
-            if key in self.items:
-                self.items.move_to_end(key)
-                return self.items[key]
-        value = make()
-        with self.lock:
-            self.items[key] = value
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
-        return value
-
-
 class Qwen3TTSPromptStage(Stage):
     def __init__(self, context: StageContext, checkpoint: Qwen3TTSCheckpoint | None = None):
         super().__init__(context)
@@ -86,7 +66,8 @@ class Qwen3TTSPromptStage(Stage):
 
             self.speaker_encoder = load_speaker_encoder(self.checkpoint.root)
             self.speech_encoder = load_speech_encoder(self.checkpoint.root)
-        self.references = _ReferenceCache()
+        # Speaker embeddings and reference codes by content (a voice is cloned many times).
+        self.references = LRU(64)
         # What a stored voice's features depend on: the encoders' weights and the tokenizer.
         root = self.checkpoint.root
         self.fingerprint = checkpoint_fingerprint(root, [
