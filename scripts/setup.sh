@@ -77,7 +77,7 @@ if [ "$LEVEL" = full ] && [ "$HAVE" != "$WANT full" ]; then
   rm -rf "$VENV/reference" && mkdir -p "$VENV/reference"
   tmp=$(mktemp -d)
   "${PIP[@]}" download -q --no-deps -d "$tmp" vllm-omni==0.30.0 s3tokenizer==0.3.0 qwen-tts-compat==0.1.1.post1 \
-    omnivoice==0.2.1
+    omnivoice==0.2.1 voxcpm==2.0.3
   for wheel in "$tmp"/*.whl; do "$VENV/bin/python" -m zipfile -e "$wheel" "$VENV/reference" >/dev/null; done
   rm -rf "$VENV/reference"/*.dist-info "$tmp"
   "$VENV/bin/python" -c 'import site, sys; open(site.getsitepackages()[0] + "/tritontts-reference.pth", "w").write(sys.argv[1] + "\n")' "$VENV/reference"
