@@ -150,3 +150,13 @@ def glm_tts_dit_stand_ins() -> dict[str, dict]:
             "vllm_omni.model_executor.models.glm_tts.glm_tts":
                 {"resolve_glm_tts_model_dir": lambda path, **_: path},
             "vllm_omni.model_executor.models.output_templates": {"OmniOutput": types.SimpleNamespace}}
+
+
+@contextmanager
+def voxcpm_module(name: str):
+    """Import one module of voxcpm 2.0.3 (the VoxCPM2 reference; setup unpacks it into
+    .venv/reference) without the __init__ of voxcpm (the inference wrapper: torchaudio,
+    librosa, hub downloads), voxcpm.modules or voxcpm.modules.audiovae (which imports both
+    VAE versions). Removed from sys.modules afterwards."""
+    with _package_module("voxcpm", ("modules", "modules.audiovae"), name, {}) as module:
+        yield module
