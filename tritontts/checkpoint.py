@@ -170,6 +170,13 @@ class ConfigFields:
             self.fail(name, f"must be a list of integers, got {value!r}")
         return tuple(value) if present else value
 
+    def floats(self, name: str, default=REQUIRED):
+        value, present = self._get(name, default)
+        if present and (not isinstance(value, list) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+            self.fail(name, f"must be a list of numbers, got {value!r}")
+        return tuple(float(v) for v in value) if present else value
+
     def object(self, name: str, default=REQUIRED) -> "ConfigFields | None":
         value, present = self._get(name, default)
         if not present:
