@@ -17,7 +17,6 @@ in bf16, as released: 1.9 B parameters).
 """
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from tritontts.benchmark.arms import compare_talker_arms, enter_arm, report_arm
+from tritontts.benchmark.arms import TalkerBenchmark, talker_benchmark_main
 from tritontts.benchmark.served import measure_served
 from tritontts.family import synthetic_reference
 from tritontts.testing.stack import REPO
@@ -107,39 +106,29 @@ def reference_speed(checkpoint, tokens: int, batches=(1, 8)) -> dict[int, float]
     return speed
 
 
+def released() -> Path:
+    from tritontts.glm_tts.random_checkpoint import write_random_checkpoint
+
+    root = REPO / ".cache" / "glm-tts-released"
+    if not (root / "frontend" / "campplus.onnx").exists():
+        write_random_checkpoint(root, size="released")
+    return root
+
+
+def serving(root: Path, tokens: int) -> None:
+    reference = synthetic_reference()
+    measure_served("glm_tts", root, lambda k: {"input": TEXTS[k % len(TEXTS)], "seed": k, **reference},
+                   stall_timeout=3600, request_timeout=7200)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", type=Path)
-    parser.add_argument("--tokens", type=int, default=100, help="talker tokens per request (25 a second)")
-    parser.add_argument("--skip-talker", action="store_true")
-    parser.add_argument("--skip-serving", action="store_true")
-    parser.add_argument("--threads", default="2", help="CPU threads per talker arm (comma-separated)")
-    parser.add_argument("--arm", choices=("vllm", "reference"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
     from tritontts.glm_tts.checkpoint import open_checkpoint
 
-    if args.arm:                         # one arm, in a process of its own (arms.py)
-        enter_arm()
-        arm = vllm_speed if args.arm == "vllm" else reference_speed
-        report_arm(arm(open_checkpoint(args.checkpoint), args.tokens))
-        return
-
-    root = args.checkpoint
-    if root is None:
-        from tritontts.glm_tts.random_checkpoint import write_random_checkpoint
-
-        root = REPO / ".cache" / "glm-tts-released"
-        if not (root / "frontend" / "campplus.onnx").exists():
-            write_random_checkpoint(root, size="released")
-    if not args.skip_talker:
-        print(f"talker, {args.tokens} tokens per request")
-        compare_talker_arms(Path(__file__), ["--checkpoint", str(root), "--tokens", str(args.tokens)],
-                            args.threads, "tokens")
-    if not args.skip_serving:
-        reference = synthetic_reference()
-        measure_served("glm_tts", root, lambda k: {"input": TEXTS[k % len(TEXTS)], "seed": k, **reference},
-                       stall_timeout=3600, request_timeout=7200)
+    talker_benchmark_main(TalkerBenchmark(
+        script=Path(__file__), doc=__doc__, open_checkpoint=open_checkpoint,
+        arms={"vllm": vllm_speed, "reference": reference_speed}, work="tokens", work_default=100,
+        work_help="talker tokens per request (25 a second)", unit="tokens", released=released,
+        serve=serving))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ has AMX-BF16), one after the other.
 """
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from tritontts.benchmark.arms import compare_talker_arms, enter_arm, report_arm
+from tritontts.benchmark.arms import TalkerBenchmark, talker_benchmark_main
 from tritontts.benchmark.served import measure_served
 from tritontts.testing.stack import REPO
 
@@ -118,37 +117,23 @@ def serving(checkpoint_dir: Path, frames: int) -> None:
         "input": TEXTS[k % len(TEXTS)], "seed": k, "max_new_tokens": frames}, stall_timeout=3600)
 
 
+def released() -> Path:
+    from tritontts.higgs_audio_v2.random_checkpoint import write_random_checkpoint
+
+    root = REPO / ".cache" / "higgs-audio-v2-released"
+    if not (root / "audio_tokenizer" / "model.safetensors").exists():
+        write_random_checkpoint(root, size="released")
+    return root
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", type=Path)
-    parser.add_argument("--frames", type=int, default=40, help="steps per request (25 a second)")
-    parser.add_argument("--skip-talker", action="store_true")
-    parser.add_argument("--skip-serving", action="store_true")
-    parser.add_argument("--threads", default="2", help="CPU threads per talker arm (comma-separated)")
-    parser.add_argument("--arm", choices=("vllm", "reference"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
     from tritontts.higgs_audio_v2.checkpoint import open_checkpoint
 
-    if args.arm:                         # one arm, in a process of its own (arms.py)
-        enter_arm()
-        arm = vllm_speed if args.arm == "vllm" else reference_speed
-        report_arm(arm(open_checkpoint(args.checkpoint), args.frames))
-        return
-
-    root = args.checkpoint
-    if root is None:
-        from tritontts.higgs_audio_v2.random_checkpoint import write_random_checkpoint
-
-        root = REPO / ".cache" / "higgs-audio-v2-released"
-        if not (root / "audio_tokenizer" / "model.safetensors").exists():
-            write_random_checkpoint(root, size="released")
-    if not args.skip_talker:
-        print(f"talker, {args.frames} steps per request")
-        compare_talker_arms(Path(__file__), ["--checkpoint", str(root), "--frames", str(args.frames)],
-                            args.threads, "steps")
-    if not args.skip_serving:
-        serving(root, args.frames)
+    talker_benchmark_main(TalkerBenchmark(
+        script=Path(__file__), doc=__doc__, open_checkpoint=open_checkpoint,
+        arms={"vllm": vllm_speed, "reference": reference_speed}, work="frames", work_default=40,
+        work_help="steps per request (25 a second)", unit="steps", released=released,
+        serve=serving))
 
 
 if __name__ == "__main__":

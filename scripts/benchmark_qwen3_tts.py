@@ -15,7 +15,6 @@ Without --checkpoint a random 0.6B CustomVoice checkpoint is written to .cache/ 
 """
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from tritontts.benchmark.arms import compare_talker_arms, enter_arm, report_arm
+from tritontts.benchmark.arms import TalkerBenchmark, talker_benchmark_main
 from tritontts.benchmark.served import measure_served
 from tritontts.testing.stack import REPO
 
@@ -131,36 +130,23 @@ def serving(checkpoint_dir: Path, frames: int) -> None:
         "input": TEXTS[k % len(TEXTS)], "seed": k, "max_new_tokens": frames})
 
 
+def released() -> Path:
+    from tritontts.qwen3_tts.random_checkpoint import write_random_checkpoint
+
+    root = REPO / ".cache" / "qwen3-tts-0.6b-custom-voice"
+    if not (root / "speech_tokenizer" / "model.safetensors").exists():
+        write_random_checkpoint(root, kind="custom_voice", size="0.6b")
+    return root
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", type=Path)
-    parser.add_argument("--frames", type=int, default=32)
-    parser.add_argument("--skip-talker", action="store_true")
-    parser.add_argument("--skip-serving", action="store_true")
-    parser.add_argument("--threads", default="1,2", help="CPU threads per talker arm (comma-separated)")
-    parser.add_argument("--arm", choices=("vllm", "reference"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
     from tritontts.qwen3_tts.checkpoint import open_checkpoint
 
-    if args.arm:                         # one arm, in a process of its own (arms.py)
-        enter_arm()
-        arm = vllm_speed if args.arm == "vllm" else reference_speed
-        report_arm(arm(open_checkpoint(args.checkpoint), args.frames))
-        return
-
-    root = args.checkpoint
-    if root is None:
-        from tritontts.qwen3_tts.random_checkpoint import write_random_checkpoint
-
-        root = REPO / ".cache" / "qwen3-tts-0.6b-custom-voice"
-        if not (root / "speech_tokenizer" / "model.safetensors").exists():
-            write_random_checkpoint(root, kind="custom_voice", size="0.6b")
-    if not args.skip_talker:
-        compare_talker_arms(Path(__file__), ["--checkpoint", str(root), "--frames", str(args.frames)],
-                            args.threads, "frames")
-    if not args.skip_serving:
-        serving(root, args.frames)
+    talker_benchmark_main(TalkerBenchmark(
+        script=Path(__file__), doc=__doc__, open_checkpoint=open_checkpoint,
+        arms={"vllm": vllm_speed, "reference": reference_speed}, work="frames", work_default=32,
+        work_help="frames per request", unit="frames", released=released, serve=serving,
+        threads="1,2"))
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 def arm_environment(threads: int) -> dict[str, str]:
@@ -63,3 +64,47 @@ def compare_talker_arms(script: Path, arm_args: list[str], threads: str, unit: s
         for batch in ("1", "8"):
             v, r = got["vllm"][batch], got["reference"][batch]
             print(f"| {n} | {batch} | {v:.2f} | {r:.2f} | {v / r:.2f}× |", flush=True)
+
+
+@dataclass(frozen=True)
+class TalkerBenchmark:
+    """What a family's talker benchmark script (scripts/benchmark_<family>.py) differs in; the
+    command line, the arms in processes of their own, the table and the serving run are
+    `talker_benchmark_main`'s."""
+    script: Path                                  # the script itself (arms re-run it)
+    doc: str
+    open_checkpoint: Callable[[Path], Any]
+    arms: dict[str, Callable[[Any, int], dict]]    # "vllm" / "reference": (checkpoint, work) -> {batch: rate}
+    work: str                                     # the per-request work option: "tokens", "frames"
+    work_default: int
+    work_help: str
+    unit: str                                     # the table's rate unit
+    released: Callable[[], Path]                  # the released-size random checkpoint, written once
+    serve: Callable[[Path, int], None]            # (checkpoint, work) -> the served measurement
+    threads: str = "2"
+
+
+def talker_benchmark_main(bench: TalkerBenchmark) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=bench.doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", type=Path)
+    parser.add_argument(f"--{bench.work}", type=int, default=bench.work_default, help=bench.work_help)
+    parser.add_argument("--skip-talker", action="store_true")
+    parser.add_argument("--skip-serving", action="store_true")
+    parser.add_argument("--threads", default=bench.threads, help="CPU threads per talker arm (comma-separated)")
+    parser.add_argument("--arm", choices=tuple(bench.arms), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    work = getattr(args, bench.work)
+    if args.arm:                         # one arm, in a process of its own
+        enter_arm()
+        report_arm(bench.arms[args.arm](bench.open_checkpoint(args.checkpoint), work))
+        return
+    root = args.checkpoint or bench.released()
+    if not args.skip_talker:
+        print(f"talker, {work} {bench.work} per request")
+        compare_talker_arms(bench.script, ["--checkpoint", str(root), f"--{bench.work}", str(work)],
+                            args.threads, bench.unit)
+    if not args.skip_serving:
+        bench.serve(root, work)
