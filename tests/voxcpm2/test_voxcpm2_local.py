@@ -212,7 +212,7 @@ def test_long_rope_choice_matters(pair):
                     long_factor=tuple(2.0 * f for f in cfg.short_factor))
     length = 2 + 1 + 2 * PATCH     # mu tokens, time token, prefix patch, noisy patch
     saved = dict(stack._rope)
-    stack._rope[(length, x.device)] = long_rope_table(other, length, x.device)
+    stack._rope[x.device] = long_rope_table(other, length, x.device)
     try:
         with torch.no_grad():
             drift = (ours.feat_decoder.estimator(x, mu, t, cond, dt)

@@ -99,6 +99,9 @@ RELEASED_CONFIG = AudioVAEConfig()
 # Small enough for CPU parity tests; odd and even strides exercise both trims.
 TINY_CONFIG = AudioVAEConfig(encoder_dim=4, encoder_rates=(2, 3), latent_dim=8, decoder_dim=32,
                              decoder_rates=(3, 3, 2), cond_dim=8)
+# Tiny widths with the released rates (16 kHz in, 25 latents/s, 48 kHz out): the random
+# checkpoint's, so served audio and reference clips have their real durations.
+TINY_RELEASED_RATES_CONFIG = AudioVAEConfig(encoder_dim=2, latent_dim=8, decoder_dim=64, cond_dim=8)
 
 
 # Streaming state: stateful layer index -> the inputs it saw last (its left context).

@@ -107,7 +107,7 @@ class LocalCFM(nn.Module):
         self.mean_mode = mean_mode
 
     def guided_velocity(self, x: Tensor, mu: Tensor, t: Tensor, cond: Tensor, dt: Tensor,
-                        cfg_value: float, use_cfg_zero_star: bool = True) -> Tensor:
+                        cfg_value: float | Tensor, use_cfg_zero_star: bool = True) -> Tensor:
         """One estimator call on [conditional; unconditional] (mu zeroed, prefix patch kept),
         combined as CFG-Zero*: the unconditional velocity is first rescaled by its optimal
         projection onto the conditional one, per sample."""
@@ -123,11 +123,13 @@ class LocalCFM(nn.Module):
             pf, nf = pos.reshape(b, -1), neg.reshape(b, -1)
             st = ((pf * nf).sum(1, keepdim=True) / ((nf ** 2).sum(1, keepdim=True) + 1e-8))
             neg = neg * st.view(b, *([1] * (pos.dim() - 1)))
+        if isinstance(cfg_value, Tensor):     # one value per sample
+            cfg_value = cfg_value.to(pos.dtype).reshape(b, *([1] * (pos.dim() - 1)))
         return neg + cfg_value * (pos - neg)
 
     @torch.no_grad()
     def forward(self, mu: Tensor, cond: Tensor, noise: Tensor, n_timesteps: int = 10,
-                cfg_value: float = 2.0, temperature: float = 1.0,
+                cfg_value: float | Tensor = 2.0, temperature: float = 1.0,
                 sway_sampling_coef: float = 1.0, use_cfg_zero_star: bool = True) -> Tensor:
         """mu [B, k*H], cond [B, C, P'] (previous patch), noise [B, C, P] standard normal
         -> the generated patch [B, C, P]."""

@@ -1,5 +1,8 @@
-"""The MiniCPM4 decoder-layer stack without a KV cache, as VoxCPM2's local modules (LocEnc,
-LocDiT) run it: full attention over a handful of tokens, muP-scaled residuals, LongRoPE.
+"""The MiniCPM4 decoder-layer stack: muP-scaled residuals, LongRoPE, GQA. VoxCPM2's local
+modules (LocEnc, LocDiT) run it without a KV cache over a handful of tokens, both ways; the
+talker's two language models (tritontts.voxcpm2.talker) run it causally, here over the whole
+sequence (the plain-PyTorch talker) or, with vLLM's paged attention swapped in for the
+attention core, inside the served engine (tritontts.voxcpm2.vllm_model).
 
 Module and parameter names follow upstream's (voxcpm.modules.minicpm4.model.MiniCPMModel with
 vocab_size 0: `layers.N.self_attn.q_proj`, ..., `norm.weight`), so the sub-trees of the
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -124,7 +127,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(h, self.kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.heads * self.head_dim, h, bias=False)
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None) -> Tensor:
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, causal: bool = False) -> Tensor:
         b, n, _ = x.shape
         q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -136,8 +139,9 @@ class Attention(nn.Module):
             group = self.heads // self.kv_heads
             k = k.repeat_interleave(group, dim=1)
             v = v.repeat_interleave(group, dim=1)
-        # Local modules attend over the whole patch both ways: no mask.
-        out = F.scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous())
+        # Local modules attend over the whole patch both ways; the talker's LMs causally.
+        out = F.scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(),
+                                             is_causal=causal)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
 
 
@@ -153,9 +157,10 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: MiniCPM4Config) -> None:
+    def __init__(self, config: MiniCPM4Config, attention: nn.Module | None = None) -> None:
         super().__init__()
-        self.self_attn = Attention(config)
+        # `attention` replaces the plain one (the same q/k/v/o weights, another core).
+        self.self_attn = attention if attention is not None else Attention(config)
         self.mlp = MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -163,33 +168,38 @@ class DecoderLayer(nn.Module):
         self.branch_scale = (config.scale_depth / math.sqrt(config.num_hidden_layers)
                              if config.use_mup else 1.0)
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rope) * self.branch_scale
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, **attention: Any) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, **attention) * self.branch_scale
         return x + self.mlp(self.post_attention_layernorm(x)) * self.branch_scale
 
 
 class MiniCPM4Stack(nn.Module):
-    """Decoder layers + final norm over given embeddings, full attention, positions 0..n-1."""
+    """Decoder layers + final norm over given embeddings at positions 0..n-1: full attention,
+    or causal. `attention(layer index)` makes each layer's attention module when it is not
+    the plain one."""
 
-    def __init__(self, config: MiniCPM4Config) -> None:
+    def __init__(self, config: MiniCPM4Config,
+                 attention: Callable[[int], nn.Module] | None = None) -> None:
         super().__init__()
         self.config = config
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, attention(i) if attention else None)
+                                    for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        # The local sequences are a few tokens long and fixed per model, so one small table
-        # per (length, device) is kept instead of upstream's max_position_embeddings rows.
-        self._rope: dict[tuple[int, torch.device], tuple[Tensor, Tensor]] = {}
+        # A position's angles do not depend on the table's length, so one table per device,
+        # as long as the longest sequence seen, replaces upstream's max_position_embeddings
+        # rows (the local sequences are a handful of tokens).
+        self._rope: dict[torch.device, tuple[Tensor, Tensor]] = {}
 
     def _rope_for(self, length: int, device: torch.device) -> tuple[Tensor, Tensor] | None:
         if self.config.no_rope:
             return None
-        key = (length, device)
-        if key not in self._rope:
-            self._rope[key] = long_rope_table(self.config, length, device)
-        return self._rope[key]
+        table = self._rope.get(device)
+        if table is None or table[0].shape[0] < length:
+            table = self._rope[device] = long_rope_table(self.config, length, device)
+        return table[0][:length], table[1][:length]
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, causal: bool = False) -> Tensor:
         rope = self._rope_for(x.size(1), x.device)
         for layer in self.layers:
-            x = layer(x, rope)
+            x = layer(x, rope, causal=causal)
         return self.norm(x)

@@ -13,12 +13,11 @@ import json
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from ..random_weights import random_checkpoint_cli, save_safetensors
-from .audio_vae import RELEASED_CONFIG, TINY_CONFIG, write_random_audio_vae
-from .local import LocalCFM, LocDiT, LocEnc, ScalarQuantizer
-from .minicpm4 import MiniCPM4Config, MiniCPM4Stack
+from .audio_vae import RELEASED_CONFIG, TINY_RELEASED_RATES_CONFIG, write_random_audio_vae
+from .checkpoint import VoxCPM2Config, parse_config
+from .talker import VoxCPM2Talker
 
 # Upstream's VoxCPM2Model hard-codes these token ids (audio start / end, reference audio
 # start / end), so the tokenizer keeps them there.
@@ -26,7 +25,9 @@ AUDIO_TOKENS = {101: "<|audio_start|>", 102: "<|audio_end|>",
                 103: "<|ref_audio_start|>", 104: "<|ref_audio_end|>"}
 _CORPUS = ("Hello there, how are you today? The birch canoe slid on the smooth planks. "
            "Glue the sheet to the dark blue background. This is the reference voice. "
-           "One more sentence for speech synthesis: 0123456789!")
+           "One more sentence for speech synthesis: 0123456789! "
+           # CJK words become multi-character tokens: the tokenizer splits those.
+           "你好世界，今天天气很好。我们一起去公园散步吧。")
 
 SIZES = {
     # head_dim 32 everywhere: the LM's LongRoPE factor lists serve the local modules too.
@@ -36,7 +37,7 @@ SIZES = {
         residual_lm_num_layers=2, fsq_latent_dim=32,
         encoder=dict(hidden_dim=64, ffn_dim=128, num_heads=2, num_layers=2),
         dit=dict(hidden_dim=64, ffn_dim=128, num_heads=2, num_layers=2),
-        audio_vae=TINY_CONFIG, max_length=1024),
+        audio_vae=TINY_RELEASED_RATES_CONFIG, max_length=1024),
     # The released sizes as far as they are known here; values marked (inferred) are
     # assumptions, not read from the released config.json.
     "released": dict(
@@ -142,39 +143,14 @@ def config_dict(size: str, vocab_size: int) -> dict:
     }
 
 
-class _Model(nn.Module):
-    """The modules of model.safetensors, under upstream's names (built on the meta device:
-    only the names and shapes are used)."""
-
-    def __init__(self, config: dict) -> None:
-        super().__init__()
-        lm = config["lm_config"]
-        h, feat = lm["hidden_size"], config["feat_dim"]
-        enc_h, dit_h = config["encoder_config"]["hidden_dim"], config["dit_config"]["hidden_dim"]
-        self.base_lm = MiniCPM4Stack(MiniCPM4Config.from_lm_config(lm))
-        self.base_lm.embed_tokens = nn.Embedding(lm["vocab_size"], h)
-        self.residual_lm = MiniCPM4Stack(MiniCPM4Config.from_lm_config(
-            lm, num_hidden_layers=config["residual_lm_num_layers"]))
-        self.feat_encoder = LocEnc(MiniCPM4Config.for_local_module(lm, config["encoder_config"]), feat)
-        self.feat_decoder = LocalCFM(LocDiT(MiniCPM4Config.for_local_module(lm, config["dit_config"]), feat),
-                                     feat, config["dit_config"]["dit_mean_mode"])
-        self.fsq_layer = ScalarQuantizer(h, h, config["scalar_quantization_latent_dim"],
-                                         config["scalar_quantization_scale"])
-        self.enc_to_lm_proj = nn.Linear(enc_h, h)
-        self.lm_to_dit_proj = nn.Linear(h, dit_h)
-        self.res_to_dit_proj = nn.Linear(h, dit_h)
-        self.fusion_concat_proj = nn.Linear(2 * h, h)
-        self.stop_proj = nn.Linear(h, h)
-        self.stop_head = nn.Linear(h, 2, bias=False)
-
-
-def random_state(config: dict, generator: torch.Generator,
+def random_state(config: VoxCPM2Config, generator: torch.Generator,
                  dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
-    """Every tensor of model.safetensors, in `dtype`: norm scales near 1, matrices scaled by
-    1/sqrt(fan-in) so activations stay O(1), biases small, embeddings and the local
-    encoder's learned token unit-variance. Each is cast as it is made."""
+    """Every tensor of model.safetensors (the talker's: its names and shapes are upstream's),
+    in `dtype`: norm scales near 1, matrices scaled by 1/sqrt(fan-in) so activations stay
+    O(1), biases small, embeddings and the local encoder's learned token unit-variance. Each
+    is cast as it is made."""
     with torch.device("meta"):
-        model = _Model(config)
+        model = VoxCPM2Talker(config)
     state = {}
     for name, t in model.state_dict().items():
         noise = torch.randn(t.shape, generator=generator)
@@ -200,7 +176,7 @@ def write_random_checkpoint(out: str | Path, seed: int = 0, size: str = "tiny") 
     (out / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     # Released weights are bfloat16; tiny ones stay float32 so parity tests are exact.
     dtype = torch.float32 if size == "tiny" else torch.bfloat16
-    save_safetensors(random_state(config, torch.Generator().manual_seed(seed), dtype),
+    save_safetensors(random_state(parse_config(out / "config.json"), torch.Generator().manual_seed(seed), dtype),
                      out / "model.safetensors", dtype)
     write_random_audio_vae(out / "audiovae.safetensors", SIZES[size]["audio_vae"], seed=seed + 1)
     return out
