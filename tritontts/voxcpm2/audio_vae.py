@@ -335,6 +335,20 @@ class AudioVAE(nn.Module):
         return self.encoder.fc_mu(self.encoder.block(audio))
 
 
+def decoder_context_frames(config: AudioVAEConfig) -> int:
+    """Latent frames of left context that make a window's decode of its newer frames equal
+    a whole decode (the decoder is causal, and this is its receptive field): the input
+    conv's 6, each upsampler's one previous input sample, each block's residual units
+    (kernel 7 at dilations 1, 3, 9: 78 samples at the block's output rate), the output
+    conv's 6 samples."""
+    frames, rate = 6.0, 1
+    for stride in config.decoder_rates:
+        frames += 1 / rate
+        rate *= stride
+        frames += 6 * (1 + 3 + 9) / rate
+    return math.ceil(frames + 6 / rate)
+
+
 class AudioVAEStream:
     """Chunk-by-chunk decoding of one batch of utterances. Every causal layer keeps the last
     inputs its kernel reaches back to, so the concatenated chunks equal one whole decode

@@ -1,0 +1,43 @@
+"""VoxCPM2's descriptor: speech in the model's own voice, or cloned from a recording (with
+its transcript, also continued from it); 48 kHz, streamed patch by patch."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..family import Capabilities, Family, synthetic_reference
+from .request import KNOWN, parse_voxcpm2_params
+
+
+def _preflight(path: Path) -> None:
+    from .checkpoint import open_checkpoint
+
+    open_checkpoint(path)
+
+
+def _write_random_checkpoint(out: Path, seed: int = 0, size: str = "tiny") -> Path:
+    from .random_checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(out, seed, size)
+
+
+FAMILY = Family(
+    name="voxcpm2",
+    description="VoxCPM2: MiniCPM4 talker on vLLM with its local DiT in every step -> causal "
+                "AudioVAE, 48 kHz; its own voice or ref_audio's",
+    stages=("voxcpm2_prompt", "voxcpm2_talker", "voxcpm2_audio_vae"),
+    parse_params=parse_voxcpm2_params,
+    fields=frozenset(KNOWN),
+    capabilities=Capabilities(sample_rate=48000, native_speed=False, reference_audio=True,
+                              instructions=False, languages=("zh", "en")),
+    checkpoint_help="an openbmb/VoxCPM2 directory: config.json, model.safetensors, "
+                    "audiovae.safetensors, tokenizer.json + tokenizer_config.json",
+    checkpoint_required=True,
+    preflight=_preflight,
+    voices=lambda checkpoint: ["default"],
+    voice_encoder="voxcpm2_prompt",
+    released_names=("openbmb/VoxCPM2",),
+    write_random_checkpoint=_write_random_checkpoint,
+    # The tiny random talker stops on its own after 4 to 40 patches; bound it anyway.
+    example_params=lambda: {"max_new_tokens": 24},
+    variants={"cloned": ({}, lambda: {"max_new_tokens": 24, **synthetic_reference()})},
+)
