@@ -34,7 +34,7 @@ def engine(tmp_path_factory):
     from tritontts.vllm_frames import ROW_TRACKER
     from tritontts.voxcpm2.vllm_model import prepare_vllm_talker, register
 
-    root = write_random_checkpoint(tmp_path_factory.mktemp("voxcpm2") / "tiny", seed=5)
+    root = write_random_checkpoint(tmp_path_factory.mktemp("voxcpm2") / "tiny", seed=1)
     checkpoint = open_checkpoint(root)
     register()
     llm = LLM(model=str(prepare_vllm_talker(checkpoint, tmp_path_factory.mktemp("cache"))),

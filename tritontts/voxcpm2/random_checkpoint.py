@@ -29,6 +29,8 @@ _CORPUS = ("Hello there, how are you today? The birch canoe slid on the smooth p
            # CJK words become multi-character tokens: the tokenizer splits those.
            "你好世界，今天天气很好。我们一起去公园散步吧。")
 
+STOP_SHIFT = 1.0
+
 SIZES = {
     # head_dim 32 everywhere: the LM's LongRoPE factor lists serve the local modules too.
     "tiny": dict(
@@ -162,6 +164,11 @@ def random_state(config: VoxCPM2Config, generator: torch.Generator,
             value = noise
         else:
             value = noise * t.shape[-1] ** -0.5
+        if name == "stop_head.weight":
+            # Shift the stop class down, so a random talker stops after a few to a few dozen
+            # patches (as a trained one stops when the text is spoken) rather than at the
+            # first step it may.
+            value[1] -= STOP_SHIFT * value.abs().mean()
         state[name] = value.to(dtype)
     return state
 
