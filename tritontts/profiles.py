@@ -66,6 +66,8 @@ GPU_STAGES: dict[str, GpuStage] = {
     # Stateful per stream (ONE_INSTANCE below); PyTorch on the card, no exported graphs yet.
     "glm_tts_flow": GpuStage(count=1, max_batch_size=8),
     "glm_tts_vocoder": GpuStage(count=1, max_batch_size=16),
+    # Stateless (left context), batched by window length; PyTorch on the card.
+    "voxcpm2_audio_vae": GpuStage(count=2, max_batch_size=16),
     # The piper stage picks its onnxruntime providers itself (tritontts/piper/vits.py): on
     # a GPU instance it gains only once that code asks for the CUDA provider.
     "piper_vits": GpuStage(count=2, max_batch_size=16),
@@ -90,6 +92,8 @@ CPU_STAGES: dict[str, str] = {
                               "once per new reference, whose codes are cached by content"),
     "glm_tts_prompt": ("per request it only tokenizes text; its networks (WhisperVQ, CAM++) "
                        "run once per new reference, whose features are cached by content"),
+    "voxcpm2_prompt": ("per request it only tokenizes text; its AudioVAE encoder runs once "
+                       "per new reference, whose patches are cached by content"),
 }
 
 # GPU stages that must stay one instance on the first listed GPU, and why.
@@ -131,7 +135,8 @@ TALKERS: dict[str, Talker] = {
     # Stays eager: its forward runs per-row Python every step (tritontts/vllm_frames.py
     # reads which request each row is, builds frame embeddings, runs the code predictor),
     # which a captured CUDA graph would replay without running.
-    "qwen3_tts_talker": Talker(share=0.3, cuda_graphs=False),
+    # 0.2 since VoxCPM2 came (1.7 B: 3.4 GB of bf16 weights, the rest KV cache).
+    "qwen3_tts_talker": Talker(share=0.2, cuda_graphs=False),
     # The same per-row Python (it samples the 8 codebooks inside compute_logits). DualFFN
     # makes the "3B" 5.8 B parameters: 11.5 GB of bf16 weights, the rest of its share KV
     # cache (28 layers x 8 KV heads x 128: 112 KiB per token in bf16).
@@ -141,6 +146,11 @@ TALKERS: dict[str, Talker] = {
     # 4 KV heads x 128: 56 KiB per token in bf16). CosyVoice3's 0.5 B talker gave up 0.1
     # for it (its weights are 1 GB).
     "glm_tts_talker": Talker(share=0.1),
+    # Eager like Qwen3-TTS's: per-row Python every step (tritontts/voxcpm2/vllm_model.py
+    # runs the local DiT and encoder inside the forward). About 2 B parameters (both LMs,
+    # LocEnc, LocDiT): 4.6 GB of bf16 weights, the rest KV cache (28 + 8 layers x 2 KV
+    # heads x 128: 36 KiB per token in bf16). Qwen3-TTS's talker gave up 0.1 for it.
+    "voxcpm2_talker": Talker(share=0.1, cuda_graphs=False),
 }
 
 

@@ -38,8 +38,7 @@ from .talker import DEFAULT_CFG, DEFAULT_MAX_LEN, DEFAULT_MIN_LEN, DEFAULT_STEPS
 MIN_REF_SECONDS, MAX_REF_SECONDS = 1.0, 30.0
 # What a stored voice's latents depend on: the VAE, and the patch size / latent width.
 VOICE_FILES = ("audiovae.safetensors", "config.json")
-VOICE_SPEC = {"reference": (np.float32, (None, None, None)),
-              "continuation": (np.float32, (None, None, None))}
+VOICE_ARRAYS = ("reference", "continuation")      # patches [n, patch_size, feat_dim]
 
 
 def served_checkpoint(context: StageContext) -> VoxCPM2Checkpoint:
@@ -67,6 +66,8 @@ class VoxCPM2PromptStage(Stage):
         self.vae = load_vae(self.checkpoint)
         self.references = LRU(64)
         self.fingerprint = checkpoint_fingerprint(self.checkpoint.root, VOICE_FILES)
+        c = self.checkpoint.config
+        self.voice_spec = {name: (np.float32, (None, c.patch_size, c.feat_dim)) for name in VOICE_ARRAYS}
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
         start = begin_request(inputs, parse_voxcpm2_params)
@@ -93,7 +94,7 @@ class VoxCPM2PromptStage(Stage):
         """(reference patches, continuation patches, transcript) for the request's clone_mode;
         (None, None, "") without a voice to clone."""
         if params.voice_features is not None:
-            arrays, meta = unpack_voice(params.voice_features, FAMILY.name, self.fingerprint, VOICE_SPEC,
+            arrays, meta = unpack_voice(params.voice_features, FAMILY.name, self.fingerprint, self.voice_spec,
                                         optional=("continuation",))
             mode = params.clone_mode or ("both" if "continuation" in arrays else "reference")
             if mode != "reference" and "continuation" not in arrays:
