@@ -5,7 +5,6 @@ modules load their slices strictly, and the tokenizer keeps upstream's audio tok
 from __future__ import annotations
 
 import json
-import types
 
 import pytest
 import torch
@@ -31,19 +30,10 @@ def state(ckpt):
 
 def _reference_state_shapes(root) -> dict[str, tuple[int, ...]]:
     """Upstream's VoxCPM2Model built from root's config.json, on the CPU; its AudioVAE is a
-    plain attribute stand-in (only sizes are read), so no audio_vae.* keys appear."""
-    from transformers import LlamaTokenizerFast   # before librosa's stand-in exists
+    stand-in with the sizes only, so no audio_vae.* keys appear."""
+    from tritontts.testing.references import voxcpm2_reference_model
 
-    from tritontts.testing.references import _package_module
-
-    # voxcpm.model's __init__ pulls the inference wrapper; librosa is used only by a
-    # silence-trimming helper that building the model never calls.
-    with _package_module("voxcpm", ("modules", "model"), "voxcpm.model.voxcpm2",
-                         {"librosa": {}}) as m:
-        config = m.VoxCPMConfig.model_validate(json.loads((root / "config.json").read_text()))
-        tokenizer = LlamaTokenizerFast.from_pretrained(str(root))
-        vae = types.SimpleNamespace(chunk_size=6, sample_rate=16000, out_sample_rate=48000)
-        model = m.VoxCPM2Model(config, tokenizer, vae, device="cpu")
+    model = voxcpm2_reference_model(root, audio_vae=False)
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 

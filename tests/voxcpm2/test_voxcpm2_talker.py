@@ -4,14 +4,12 @@ the prompt sequences of every cloning mode, the generated patches and the decode
 a different cfg value as the negative control. Also the tokenizer's CJK splitting."""
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from safetensors.torch import load_file
 
 from tritontts.voxcpm2.audio_vae import AudioVAEConfig, load_audio_vae
 from tritontts.voxcpm2.checkpoint import open_checkpoint
@@ -35,30 +33,11 @@ def ours(ckpt):
     return checkpoint, load_talker(checkpoint), vae, TextTokenizer(ckpt)
 
 
-def _read(path, sr, mono=True):
-    audio, rate = sf.read(str(path), dtype="float32")
-    assert rate == sr, "the test writes clips at the VAE's input rate"
-    return audio, rate
-
-
 @pytest.fixture(scope="module")
 def upstream(ckpt):
-    from transformers import LlamaTokenizerFast
+    from tritontts.testing.references import voxcpm2_reference_model
 
-    from tritontts.testing.references import _package_module
-
-    with _package_module("voxcpm", ("modules", "modules.audiovae"),
-                         "voxcpm.modules.audiovae.audio_vae_v2", {}) as vae_module:
-        config = json.loads((ckpt / "config.json").read_text())
-        vae = vae_module.AudioVAE(vae_module.AudioVAEConfig(**config["audio_vae_config"]))
-    vae.load_state_dict(load_file(str(ckpt / "audiovae.safetensors")), strict=True)
-    with _package_module("voxcpm", ("modules", "model"), "voxcpm.model.voxcpm2",
-                         {"librosa": {"load": _read}}) as m:
-        model = m.VoxCPM2Model(m.VoxCPMConfig.model_validate(config),
-                               LlamaTokenizerFast.from_pretrained(str(ckpt)), vae.float().eval(), device="cpu")
-    missing, unexpected = model.load_state_dict(load_file(str(ckpt / "model.safetensors")), strict=False)
-    assert not unexpected and all(k.startswith("audio_vae.") for k in missing)
-    return model.float().eval()
+    return voxcpm2_reference_model(ckpt)
 
 
 @pytest.fixture(scope="module")
