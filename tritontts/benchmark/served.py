@@ -28,6 +28,11 @@ def measure_served(family: str, checkpoint_dir: Path, body: Callable[[int], dict
         ("--request-timeout", str(request_timeout)) if request_timeout else ())
     stack = Stack(tmp, (family,), {family: checkpoint_dir}, extra_args=extra).start(timeout=1800)
 
+    from ..families import FAMILIES
+
+    # PCM comes at the family's own rate (the front resamples only when asked).
+    rate = FAMILIES[family].capabilities.sample_rate
+
     def one(fields: dict[str, Any]):
         start, first, size = time.perf_counter(), None, 0
         request = {"model": family, "stream_format": "audio", "response_format": "pcm", **fields}
@@ -36,7 +41,7 @@ def measure_served(family: str, checkpoint_dir: Path, body: Callable[[int], dict
             for piece in r.iter_bytes():
                 first = first or time.perf_counter() - start
                 size += len(piece)
-        return first, size / 2 / 24000, time.perf_counter() - start
+        return first, size / 2 / rate, time.perf_counter() - start
 
     results: dict[int, dict[str, float]] = {}
     try:
