@@ -227,15 +227,18 @@ class VoxCPM2TalkerForVllm(nn.Module):
                 base, patch = self.talker.prompt_inputs(_on(stream.prompt, device))
                 stream.base_inputs, stream.patch_embeds = base, patch
             t = stream.prompt_length
-            for i in range(start, end):
-                p = int(positions[i])
-                if p < t:
-                    base_in[i] = stream.base_inputs[p]
-                    patch_embeds[i] = stream.patch_embeds[p]
-                    audio[i] = stream.prompt.audio_mask[p]
-                else:       # generated position T + g: patch g's embedding
-                    base_in[i] = patch_embeds[i] = stream.embeds[p - t]
-                    audio[i] = 1.0
+            rows = positions[start:end]
+            prompt = rows < t
+            if bool(prompt.any()):
+                at = rows[prompt]
+                index = torch.arange(start, end, device=device)[prompt]
+                base_in[index] = stream.base_inputs[at]
+                patch_embeds[index] = stream.patch_embeds[at]
+                audio[index] = stream.prompt.audio_mask.to(device)[at].to(audio.dtype)
+            for offset in (~prompt).nonzero()[:, 0].tolist():   # generated T + g: patch g's embedding
+                i = start + offset
+                base_in[i] = patch_embeds[i] = stream.embeds[int(positions[i]) - t]
+                audio[i] = 1.0
         if not bool(covered.all()):   # warm-up / profiling runs, released rows: plain tokens
             base_in[~covered] = self.embed_input_ids(input_ids[~covered])
         return base_in, patch_embeds, audio
