@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..qwen3 import RMSNorm     # the same fp32-statistic RMSNorm (its weight name too)
+# The same fp32-statistic RMSNorm and SwiGLU MLP as Qwen3's (their weight names too).
+from ..qwen3 import MLP, RMSNorm
 
 
 @dataclass(frozen=True)
@@ -145,23 +146,12 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
 
 
-class MLP(nn.Module):
-    def __init__(self, config: MiniCPM4Config) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class DecoderLayer(nn.Module):
     def __init__(self, config: MiniCPM4Config, attention: nn.Module | None = None) -> None:
         super().__init__()
         # `attention` replaces the plain one (the same q/k/v/o weights, another core).
         self.self_attn = attention if attention is not None else Attention(config)
-        self.mlp = MLP(config)
+        self.mlp = MLP(config.hidden_size, config.intermediate_size)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         # muP: each branch is damped by scale_depth / sqrt(depth) before the residual add.
