@@ -11,7 +11,7 @@ import torch
 
 from tritontts.checkpoint import ConfigFields
 from tritontts.testing.references import vllm_omni_module
-from tritontts.voxtral_tts.codec import PREFIX, CodecConfig, VoxtralCodec, load_codec
+from tritontts.voxtral_tts.codec import PREFIX, CodecConfig, load_codec
 
 # Small widths; the released rates and layer plan (patch 240, 4 x 2 layers, windows 2-16).
 ARGS = {"dim": 64, "hidden_dim": 128, "head_dim": 16, "n_heads": 4, "n_kv_heads": 2,
@@ -26,23 +26,9 @@ def config() -> CodecConfig:
 
 
 def random_state(c: CodecConfig, seed: int = 0) -> dict[str, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    codec = VoxtralCodec(c)
-    state = {}
-    for name, t in codec.state_dict().items():
-        noise = torch.randn(t.shape, generator=gen)
-        if name.endswith("original0"):                 # weight-norm magnitudes
-            value = 1.0 + 0.1 * noise
-        elif name.endswith("norm.weight") or name.endswith("_scale"):
-            value = 1.0 + 0.1 * noise
-        elif name.endswith("cluster_usage"):
-            value = 1.0 + torch.rand(t.shape, generator=gen) * 4
-        elif name.endswith("embedding_sum"):
-            value = noise
-        else:
-            value = noise * t.shape[-1] ** -0.5
-        state[PREFIX + name] = value
-    return state
+    from tritontts.voxtral_tts.random_checkpoint import random_codec_state
+
+    return {PREFIX + k: v for k, v in random_codec_state(c, torch.Generator().manual_seed(seed)).items()}
 
 
 def reference(c_args: dict, state: dict[str, torch.Tensor]):

@@ -1,6 +1,9 @@
-"""Random-weight Voxtral TTS checkpoints in the released (Mistral) layout. So far: the
-tokenizer, `tekken.json`, with its audio section (the rest of the layout comes with the
-talker: params.json, consolidated.safetensors, voice_embedding/*.pt).
+"""Random-weight Voxtral TTS checkpoints in the released (Mistral) layout
+(tritontts.voxtral_tts.checkpoint): params.json, consolidated.safetensors (backbone under
+Mistral names, the audio embeddings, acoustic_transformer.*, audio_tokenizer.*), tekken.json
+and voice_embedding/NAME.pt. Tiny sizes only so far (the released ones are ~4 B parameters).
+
+  python -m tritontts.voxtral_tts.random_checkpoint OUT [--seed N]
 
 A tekken.json is tiktoken ranks (byte-level BPE, base64 token bytes) + special tokens by
 name + an `audio` section; mistral-common reads it (MistralTokenizer.from_file) and lays out
@@ -10,8 +13,13 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections import Counter
 from pathlib import Path
+
+import torch
+
+from ..random_weights import random_checkpoint_cli, save_safetensors
 
 # mistral-common's instruct tokenizer looks the control tokens up by name: the first 20 as
 # every Tekken file has them, then the speech ones at the released ids (the others in
@@ -81,3 +89,108 @@ def write_tekken(path: str | Path, voices: dict[str, int], num_special: int = 10
     }
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
+
+
+TINY = {
+    "dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16, "hidden_dim": 128,
+    "norm_eps": 1e-5, "rope_theta": 1000000.0, "tied_embeddings": True, "max_seq_len": 4096,
+    "audio_model_args": {
+        "semantic_codebook_size": 64, "acoustic_codebook_size": 21, "n_acoustic_codebook": 36,
+        "audio_token_id": 24, "begin_audio_token_id": 25, "input_embedding_concat_type": "sum",
+        "audio_encoding_args": {"sampling_rate": 24000, "frame_rate": 12.5, "num_codebooks": 37,
+                                "codebook_pattern": "parallel"},
+        "acoustic_transformer_args": {"input_dim": 64, "dim": 64, "n_layers": 3, "head_dim": 16,
+                                      "hidden_dim": 128, "n_heads": 4, "n_kv_heads": 2, "use_biases": False,
+                                      "norm_eps": 1e-5, "n_decoding_steps": 7, "sigma": 1e-5}},
+    "audio_tokenizer_args": {
+        "dim": 64, "hidden_dim": 128, "head_dim": 16, "n_heads": 4, "n_kv_heads": 2,
+        "semantic_codebook_size": 64, "semantic_dim": 16, "acoustic_codebook_size": 21, "acoustic_dim": 36,
+        "norm_eps": 0.01, "layer_scale_init": 0.01, "voice": {"casual_male": 0, "neutral_female": 1}},
+}
+VOICE_TOKENS = {"casual_male": 6, "neutral_female": 4}
+
+
+def _scaled(shape, generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(shape, generator=generator) * shape[-1] ** -0.5
+
+
+def random_codec_state(config, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """The codec's tensors (without the audio_tokenizer. prefix): weight-norm magnitudes,
+    norm scales and layer scales near 1, a k-means codebook with positive usage counts."""
+    from .codec import VoxtralCodec
+
+    state = {}
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in VoxtralCodec(config).state_dict().items()}
+    for name, shape in shapes.items():
+        noise = torch.randn(shape, generator=generator)
+        if name.endswith("original0") or name.endswith("norm.weight") or name.endswith("_scale"):
+            state[name] = 1.0 + 0.1 * noise
+        elif name.endswith("cluster_usage"):
+            state[name] = 1.0 + 4 * torch.rand(shape, generator=generator)
+        elif name.endswith("embedding_sum"):
+            state[name] = noise
+        else:
+            state[name] = noise * shape[-1] ** -0.5
+    return state
+
+
+def random_state(params: dict, vocab_size: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    from .acoustic import AcousticTransformer
+    from .checkpoint import parse_params_dict
+
+    config = parse_params_dict(params)
+    b, a = config.backbone, config.acoustic
+    state: dict[str, torch.Tensor] = {}
+    for i in range(b.n_layers):
+        layer = f"layers.{i}."
+        for name, shape in (("attention.wq", (b.n_heads * b.head_dim, b.dim)),
+                            ("attention.wk", (b.n_kv_heads * b.head_dim, b.dim)),
+                            ("attention.wv", (b.n_kv_heads * b.head_dim, b.dim)),
+                            ("attention.wo", (b.dim, b.n_heads * b.head_dim)),
+                            ("feed_forward.w1", (b.hidden_dim, b.dim)), ("feed_forward.w2", (b.dim, b.hidden_dim)),
+                            ("feed_forward.w3", (b.hidden_dim, b.dim))):
+            state[layer + name + ".weight"] = _scaled(shape, generator)
+        for norm in ("attention_norm", "ffn_norm"):
+            state[layer + norm + ".weight"] = 1.0 + 0.1 * torch.randn(b.dim, generator=generator)
+    state["norm.weight"] = 1.0 + 0.1 * torch.randn(b.dim, generator=generator)
+    state["mm_audio_embeddings.tok_embeddings.weight"] = torch.randn(vocab_size, b.dim, generator=generator)
+    rows = 128 * math.ceil(sum(a.codebook_sizes) / 128)
+    state["mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight"] = \
+        torch.randn(rows, b.dim, generator=generator) / math.sqrt(len(a.codebook_sizes))
+    if not b.tied_embeddings:
+        state["output.weight"] = _scaled((vocab_size, b.dim), generator)
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in AcousticTransformer(a).state_dict().items()}
+    for name, shape in shapes.items():
+        state["acoustic_transformer." + name] = (1.0 + 0.1 * torch.randn(shape, generator=generator)
+                                                 if name.endswith("norm.weight") else _scaled(shape, generator))
+    state.update({"audio_tokenizer." + k: v for k, v in random_codec_state(config.codec, generator).items()})
+    return state
+
+
+def write_random_checkpoint(out: str | Path, seed: int = 0, size: str = "tiny") -> Path:
+    if size != "tiny":
+        raise ValueError("only the tiny Voxtral TTS checkpoint is written so far")
+    out = Path(out)
+    (out / "voice_embedding").mkdir(parents=True, exist_ok=True)
+    tekken = write_tekken(out / "tekken.json", VOICE_TOKENS)
+    vocab_size = json.loads(tekken.read_text())["config"]["default_vocab_size"]
+    params = {k: v for k, v in TINY.items() if not k.startswith("audio_")}
+    params.update(vocab_size=vocab_size, model_type="voxtral_tts",
+                  multimodal={"audio_model_args": TINY["audio_model_args"],
+                              "audio_tokenizer_args": TINY["audio_tokenizer_args"]})
+    (out / "params.json").write_text(json.dumps(params, indent=2), encoding="utf-8")
+    generator = torch.Generator().manual_seed(seed)
+    save_safetensors(random_state(params, vocab_size, generator), out / "consolidated.safetensors", torch.float32)
+    for voice, tokens in VOICE_TOKENS.items():
+        torch.save(torch.randn(tokens, TINY["dim"], generator=generator) * 0.5, out / "voice_embedding" / f"{voice}.pt")
+    return out
+
+
+def main(argv=None):
+    random_checkpoint_cli(__doc__, {"tiny": TINY}, write_random_checkpoint, argv)
+
+
+if __name__ == "__main__":
+    main()
