@@ -120,12 +120,15 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, c: AcousticConfig) -> None:
+    """A pre-norm residual block under Mistral's names (the acoustic transformer's and the
+    backbone's; they differ in their attention)."""
+
+    def __init__(self, attention: nn.Module, dim: int, hidden_dim: int, eps: float) -> None:
         super().__init__()
-        self.attention = Attention(c)
-        self.feed_forward = FeedForward(c.dim, c.hidden_dim)
-        self.attention_norm = nn.RMSNorm(c.dim, eps=c.norm_eps)
-        self.ffn_norm = nn.RMSNorm(c.dim, eps=c.norm_eps)
+        self.attention = attention
+        self.feed_forward = FeedForward(dim, hidden_dim)
+        self.attention_norm = nn.RMSNorm(dim, eps=eps)
+        self.ffn_norm = nn.RMSNorm(dim, eps=eps)
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.attention(self.attention_norm(x))
@@ -156,7 +159,8 @@ class AcousticTransformer(nn.Module):
         self.llm_projection = nn.Linear(c.input_dim, c.dim, bias=False)
         self.semantic_codebook_output = nn.Linear(c.dim, c.semantic_rows, bias=c.use_biases)
         self.acoustic_codebook_output = nn.Linear(c.dim, c.n_acoustic_codebook, bias=False)
-        self.layers = nn.ModuleDict({str(i): Block(c) for i in range(c.n_layers)})
+        self.layers = nn.ModuleDict({str(i): Block(Attention(c), c.dim, c.hidden_dim, c.norm_eps)
+                                     for i in range(c.n_layers)})
         self.norm = nn.RMSNorm(c.dim, eps=c.norm_eps)
 
     def semantic(self, hidden: Tensor) -> Tensor:
