@@ -201,3 +201,26 @@ def weight_names(path: Path) -> frozenset[str]:
             return frozenset(f.keys())
     except Exception as exc:  # noqa: BLE001 - any failure is a bad file
         raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+def engine_folder(kind: str, weights: Iterable[Path], config: dict, files: dict[str, str] | None = None,
+                  cache_root_dir: str | Path | None = None) -> Path:
+    """The folder a talker's vLLM engine loads, made once per set of weights (keyed by their
+    paths, sizes and times) under cache_root/<kind>/: `config` as config.json, `files`
+    (name -> text) beside it, and links to the weight files (nothing is copied or converted)."""
+    import hashlib
+
+    weights = [Path(w) for w in weights]
+    stamp = "|".join(f"{w.resolve()}:{w.stat().st_size}:{w.stat().st_mtime_ns}" for w in weights)
+    out = cache_root(cache_root_dir) / kind / hashlib.sha256(stamp.encode()).hexdigest()[:16]
+    if (out / "config.json").is_file():
+        return out
+
+    def fill(folder: Path) -> None:
+        (folder / "config.json").write_text(json.dumps(config, indent=2))
+        for name, text in (files or {}).items():
+            (folder / name).write_text(text)
+        for w in weights:
+            (folder / w.name).symlink_to(w.resolve())
+
+    return publish_dir(out, fill)

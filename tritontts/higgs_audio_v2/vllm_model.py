@@ -27,8 +27,6 @@ checkpoint's tensor names are read as they are (both layouts, checkpoint.canonic
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +34,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..checkpoint import cache_root as checkpoint_cache_root
-from ..checkpoint import publish_dir
+from ..checkpoint import engine_folder
 from .checkpoint import (AUDIO_EMBEDDINGS, AUDIO_HEAD, WEIGHTS_INDEX_FILE, HiggsAudioV2Checkpoint,
                          HiggsAudioV2Config, canonical_name)
 from .talker import AudioCodeSampler
@@ -57,11 +54,6 @@ def register() -> None:
 def prepare_vllm_talker(checkpoint: HiggsAudioV2Checkpoint, cache_root: str | Path | None = None) -> Path:
     """The folder vLLM loads for this checkpoint (made once, keyed by the weight files' paths,
     sizes and times)."""
-    stamp = "|".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in checkpoint.weight_files)
-    key = hashlib.sha256(stamp.encode()).hexdigest()[:16]
-    out = checkpoint_cache_root(cache_root) / "higgs-audio-v2-talker" / key
-    if out.is_dir():
-        return out
     c = checkpoint.config
     config = {
         "architectures": [ARCHITECTURE], "model_type": "llama",
@@ -76,14 +68,10 @@ def prepare_vllm_talker(checkpoint: HiggsAudioV2Checkpoint, cache_root: str | Pa
         CONFIG_KEY: {**c.__dict__, "rope": None},
     }
 
-    def fill(folder: Path) -> None:
-        (folder / "config.json").write_text(json.dumps(config, indent=2))
-        for path in checkpoint.weight_files:
-            (folder / path.name).symlink_to(path.resolve())
-        if len(checkpoint.weight_files) > 1:
-            (folder / WEIGHTS_INDEX_FILE).symlink_to(checkpoint.path(WEIGHTS_INDEX_FILE).resolve())
-
-    return publish_dir(out, fill)
+    links = list(checkpoint.weight_files)
+    if len(links) > 1:      # shards: their index too
+        links.append(checkpoint.path(WEIGHTS_INDEX_FILE))
+    return engine_folder("higgs-audio-v2-talker", links, config, cache_root_dir=cache_root)
 
 
 @dataclass

@@ -15,8 +15,6 @@ the rest (text tables, speaker encoder), so nothing is converted or copied.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
@@ -24,8 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..checkpoint import cache_root as checkpoint_cache_root
-from ..checkpoint import publish_dir
+from ..checkpoint import engine_folder
 from ..vllm_frames import FrameStream, FrameTalker
 from .checkpoint import TALKER_PREFIX, WEIGHTS_FILE, DecoderShape, Qwen3TTSCheckpoint
 from .talker import CodePredictor, TopKTopPSampler, greedy, predict_frame
@@ -46,13 +43,6 @@ def register() -> None:
 def prepare_vllm_talker(checkpoint: Qwen3TTSCheckpoint, cache_root: str | Path | None = None) -> Path:
     """The folder vLLM loads for this checkpoint's talker (made once, keyed by the
     checkpoint's path and weights' size and mtime)."""
-    weights = checkpoint.path(WEIGHTS_FILE)
-    stat = weights.stat()
-    key = hashlib.sha256(f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    root = checkpoint_cache_root(cache_root)
-    out = root / "qwen3-tts-talker" / key
-    if (out / "config.json").is_file():
-        return out
     t = checkpoint.config.talker
     config = {
         "architectures": [ARCHITECTURE], "model_type": "qwen3",
@@ -69,11 +59,7 @@ def prepare_vllm_talker(checkpoint: Qwen3TTSCheckpoint, cache_root: str | Path |
         PREDICTOR_KEY: asdict(t.code_predictor),
     }
 
-    def fill(folder: Path) -> None:
-        (folder / "config.json").write_text(json.dumps(config, indent=2))
-        (folder / WEIGHTS_FILE).symlink_to(weights.resolve())
-
-    return publish_dir(out, fill)
+    return engine_folder("qwen3-tts-talker", [checkpoint.path(WEIGHTS_FILE)], config, cache_root_dir=cache_root)
 
 
 class Qwen3TTSTalkerForVllm(nn.Module, FrameTalker):

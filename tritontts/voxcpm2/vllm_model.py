@@ -28,8 +28,6 @@ link to the checkpoint's model.safetensors.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +35,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..checkpoint import cache_root as checkpoint_cache_root
-from ..checkpoint import publish_dir
+from ..checkpoint import engine_folder
 from .checkpoint import VoxCPM2Checkpoint, parse_config
 from .minicpm4 import Attention, MiniCPM4Config, _rotate, long_rope_table
 from .prompt import TalkerPrompt
@@ -63,12 +60,6 @@ def prepare_vllm_talker(checkpoint: VoxCPM2Checkpoint, cache_root: str | Path | 
     and time): vLLM's config.json (the sizes vLLM reads: heads and head width for the KV
     cache, the stop head's two classes as the vocabulary), the checkpoint's own config.json
     as CONFIG_FILE, and a link to model.safetensors."""
-    weights = checkpoint.path(WEIGHTS_FILE)
-    stat = weights.stat()
-    key = hashlib.sha256(f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    out = checkpoint_cache_root(cache_root) / "voxcpm2-talker" / key
-    if (out / "config.json").is_file():
-        return out
     c = checkpoint.config
     lm = c.lm
     config = {
@@ -83,12 +74,8 @@ def prepare_vllm_talker(checkpoint: VoxCPM2Checkpoint, cache_root: str | Path | 
         "torch_dtype": "float32", "bos_token_id": None, "eos_token_id": STOP,
     }
 
-    def fill(folder: Path) -> None:
-        (folder / "config.json").write_text(json.dumps(config, indent=2))
-        (folder / CONFIG_FILE).write_text(checkpoint.path("config.json").read_text())
-        (folder / WEIGHTS_FILE).symlink_to(weights.resolve())
-
-    return publish_dir(out, fill)
+    return engine_folder("voxcpm2-talker", [checkpoint.path(WEIGHTS_FILE)], config,
+                         {CONFIG_FILE: checkpoint.path("config.json").read_text()}, cache_root_dir=cache_root)
 
 
 @dataclass

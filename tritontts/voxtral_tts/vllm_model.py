@@ -20,8 +20,6 @@ A preempted request is recomputed: frames it has are reused, never drawn again.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +27,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..checkpoint import cache_root as checkpoint_cache_root
-from ..checkpoint import publish_dir
+from ..checkpoint import engine_folder
 from .acoustic import END_AUDIO, AcousticTransformer
 from .checkpoint import PARAMS_FILE, WEIGHTS_FILE, VoxtralTTSCheckpoint, parse_params
 from .talker import CODEBOOK_EMBEDDINGS, TEXT_EMBEDDINGS, rotate_half_rows
@@ -54,12 +51,6 @@ def prepare_vllm_talker(checkpoint: VoxtralTTSCheckpoint, cache_root: str | Path
     """The folder vLLM loads: a Llama config.json naming this architecture, the checkpoint's
     params.json beside it (as PARAMS_COPY), and a link to consolidated.safetensors (made once
     per weights)."""
-    weights = checkpoint.path(WEIGHTS_FILE)
-    stat = weights.stat()
-    key = hashlib.sha256(f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    out = checkpoint_cache_root(cache_root) / "voxtral-tts-talker" / key
-    if (out / "config.json").is_file():
-        return out
     b = checkpoint.config.backbone
     config = {
         "architectures": [ARCHITECTURE], "model_type": "llama", "vocab_size": b.vocab_size,
@@ -70,12 +61,8 @@ def prepare_vllm_talker(checkpoint: VoxtralTTSCheckpoint, cache_root: str | Path
         "bos_token_id": 1, "eos_token_id": EOS,
     }
 
-    def fill(folder: Path) -> None:
-        (folder / "config.json").write_text(json.dumps(config, indent=2))
-        (folder / PARAMS_COPY).write_text(checkpoint.path(PARAMS_FILE).read_text())
-        (folder / WEIGHTS_FILE).symlink_to(weights.resolve())
-
-    return publish_dir(out, fill)
+    return engine_folder("voxtral-tts-talker", [checkpoint.path(WEIGHTS_FILE)], config,
+                         {PARAMS_COPY: checkpoint.path(PARAMS_FILE).read_text()}, cache_root_dir=cache_root)
 
 
 @dataclass
