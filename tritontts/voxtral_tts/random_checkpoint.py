@@ -125,7 +125,10 @@ def random_codec_state(config, generator: torch.Generator) -> dict[str, torch.Te
         shapes = {k: tuple(v.shape) for k, v in VoxtralCodec(config).state_dict().items()}
     for name, shape in shapes.items():
         noise = torch.randn(shape, generator=generator)
-        if name.endswith("original0") or name.endswith("norm.weight") or name.endswith("_scale"):
+        if name == "output_proj.conv.parametrizations.weight.original0":
+            # The waveform's level: a few tenths, as speech is, rather than several units.
+            state[name] = 0.05 * (1.0 + 0.1 * noise)
+        elif name.endswith("original0") or name.endswith("norm.weight") or name.endswith("_scale"):
             state[name] = 1.0 + 0.1 * noise
         elif name.endswith("cluster_usage"):
             state[name] = 1.0 + 4 * torch.rand(shape, generator=generator)
