@@ -193,6 +193,19 @@ def read_json(path: Path) -> Any:
         raise CheckpointError(f"{path}: not readable JSON ({exc})") from None
 
 
+def read_tensors(path: Path, prefix: str, strip: bool = True) -> dict:
+    """The tensors of a safetensors file whose names start with `prefix` (prefix removed when
+    `strip`); only those are read (a codec's or a talker's slice of one big file)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            cut = len(prefix) if strip else 0
+            return {k[cut:]: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)}
+    except Exception as exc:  # noqa: BLE001 - any failure is a bad file
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
 def weight_names(path: Path) -> frozenset[str]:
     from safetensors import safe_open
 

@@ -119,11 +119,12 @@ def voice_features_param(value: Any) -> bytes:
 MAX_REF_TEXT_CHARS = 4096
 
 
-def transcribed_reference(params: dict[str, Any], family_label: str
+def transcribed_reference(params: dict[str, Any], family_label: str, transcript_required: bool = True
                           ) -> tuple[bytes | None, str | None, bytes | None]:
     """(ref_audio, ref_text, voice_features) of a family that clones from a recording and its
-    transcript, checked together: the two come together, and a stored voice replaces both
-    (its transcript is stored with it)."""
+    transcript, checked together: ref_text needs ref_audio (and, with transcript_required,
+    ref_audio needs ref_text), and a stored voice replaces both (its transcript is stored
+    with it)."""
     from .stage import audio_param
 
     ref_audio = audio_param(params["ref_audio"]) if params.get("ref_audio") is not None else None
@@ -139,7 +140,7 @@ def transcribed_reference(params: dict[str, Any], family_label: str
     if features is not None and (ref_audio is not None or ref_text is not None):
         raise InvalidRequest("a stored voice (voice_features) replaces ref_audio and ref_text; "
                              "send one or the other")
-    if ref_audio is not None and ref_text is None:
+    if transcript_required and ref_audio is not None and ref_text is None:
         raise InvalidRequest(f"ref_audio needs ref_text, its transcript ({family_label} clones from "
                              "the recording and what it says)")
     if ref_text is not None and ref_audio is None:

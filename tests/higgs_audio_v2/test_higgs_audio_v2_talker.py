@@ -9,7 +9,6 @@ seed, and the reference with its audio MLP perturbed."""
 from __future__ import annotations
 
 import gc
-import os
 import shutil
 
 import numpy as np
@@ -20,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from tritontts.higgs_audio_v2.checkpoint import AUDIO_HEAD, WEIGHTS_FILE, open_checkpoint
 from tritontts.higgs_audio_v2.prompt import TextTokenizer, build_prompt, reference_steps
 from tritontts.higgs_audio_v2.talker import AudioCodeSampler, AudioSampling, audio_frames, frame_codes
-from tritontts.testing.engine import close_engine, run_releasing_one
+from tritontts.testing.engine import close_engine, frames_engine, run_releasing_one
 
 TEXTS = ["Hello there, how are you today?", "One more.", "The birch canoe slid on the smooth planks."]
 REF_TEXT = "This is the reference voice."
@@ -78,16 +77,10 @@ def reference_generate(model, ids, ref, sampling: AudioSampling, seed: int, step
 
 
 def make_engine(checkpoint, cache):
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # the model shares streams with us
-    from vllm import LLM
-
     from tritontts.higgs_audio_v2.vllm_model import prepare_vllm_talker, register
-    from tritontts.vllm_frames import ROW_TRACKER
 
     register()
-    return LLM(model=str(prepare_vllm_talker(checkpoint, cache)), skip_tokenizer_init=True,
-               dtype="float32", enforce_eager=True, enable_prefix_caching=False, max_model_len=512,
-               max_num_seqs=8, seed=0, logits_processors=[ROW_TRACKER], kv_cache_memory_bytes=128 * 2**20)
+    return frames_engine(prepare_vllm_talker(checkpoint, cache), 128 * 2**20)
 
 
 @pytest.fixture(scope="module")

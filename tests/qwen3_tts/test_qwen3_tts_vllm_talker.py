@@ -5,7 +5,6 @@ generated together (continuous batching, staggered lengths) equals the one-reque
 from __future__ import annotations
 
 import gc
-import os
 
 import pytest
 import torch
@@ -14,7 +13,7 @@ from tritontts.qwen3_tts.checkpoint import open_checkpoint
 from tritontts.qwen3_tts.prompt import TextTokenizer, custom_voice_prompt
 from tritontts.qwen3_tts.random_checkpoint import write_random_checkpoint
 from tritontts.qwen3_tts.talker import CONTROL_TAIL, REPETITION_PENALTY, load_talker
-from tritontts.testing.engine import close_engine, run_releasing_one
+from tritontts.testing.engine import close_engine, frames_engine, run_releasing_one
 
 REQUESTS = [("Hello there, how are you today?", "vivian"), ("One more.", "ryan"),
             ("A third request with somewhat longer text than the others.", "eric")]
@@ -23,20 +22,12 @@ MAX_FRAMES = 10
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    # The model and the stage share FrameStreams: the engine must run in this process.
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm import LLM
-
     from tritontts.qwen3_tts.vllm_model import prepare_vllm_talker, register
-    from tritontts.vllm_frames import ROW_TRACKER
 
     root = write_random_checkpoint(tmp_path_factory.mktemp("qwen3-tts"), kind="custom_voice")
     checkpoint = open_checkpoint(root)
     register()
-    llm = LLM(model=str(prepare_vllm_talker(checkpoint, tmp_path_factory.mktemp("cache"))),
-              skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
-              enable_prefix_caching=False, max_model_len=512, max_num_seqs=8, seed=0,
-              logits_processors=[ROW_TRACKER], kv_cache_memory_bytes=256 * 2**20)
+    llm = frames_engine(prepare_vllm_talker(checkpoint, tmp_path_factory.mktemp("cache")), 256 * 2**20)
     yield checkpoint, llm
     close_engine(llm)
     del llm

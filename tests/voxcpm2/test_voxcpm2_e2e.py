@@ -47,7 +47,7 @@ def in_process_audio(checkpoint_dir, text: str, params: dict) -> np.ndarray:
     audio_mask = torch.from_numpy(out["audio_mask"].astype(np.float32))
     feats = torch.from_numpy(out["feats"])
     context = feats[len(feats) - int(out["context_patches"]):]
-    prompt = TalkerPrompt(torch.from_numpy(out["ids"]), 1 - audio_mask, audio_mask, feats, context)
+    prompt = TalkerPrompt(torch.from_numpy(out["ids"]), audio_mask, feats, context)
     gen = torch.Generator().manual_seed(params["seed"])
     patches = load_talker(ckpt).generate(
         prompt, lambda: torch.randn(1, c.feat_dim, c.patch_size, generator=gen),

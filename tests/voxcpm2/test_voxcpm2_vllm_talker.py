@@ -6,13 +6,12 @@ different modes, lengths, cfg and step counts) equal the one-request loop, stop 
 from __future__ import annotations
 
 import gc
-import os
 
 import numpy as np
 import pytest
 import torch
 
-from tritontts.testing.engine import close_engine, run_releasing_one
+from tritontts.testing.engine import close_engine, frames_engine, run_releasing_one
 from tritontts.voxcpm2.audio_vae import AudioVAEConfig, load_audio_vae
 from tritontts.voxcpm2.checkpoint import open_checkpoint
 from tritontts.voxcpm2.prompt import TextTokenizer, build_prompt, encode_patches
@@ -28,19 +27,12 @@ REQUESTS = [("Hello there, how are you today?", "zero_shot", 1, 10, 2.0),
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm import LLM
-
-    from tritontts.vllm_frames import ROW_TRACKER
     from tritontts.voxcpm2.vllm_model import prepare_vllm_talker, register
 
     root = write_random_checkpoint(tmp_path_factory.mktemp("voxcpm2") / "tiny", seed=1)
     checkpoint = open_checkpoint(root)
     register()
-    llm = LLM(model=str(prepare_vllm_talker(checkpoint, tmp_path_factory.mktemp("cache"))),
-              skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
-              enable_prefix_caching=False, max_model_len=512, max_num_seqs=8, seed=0,
-              logits_processors=[ROW_TRACKER], kv_cache_memory_bytes=128 * 2**20)
+    llm = frames_engine(prepare_vllm_talker(checkpoint, tmp_path_factory.mktemp("cache")), 128 * 2**20)
     yield checkpoint, llm
     close_engine(llm)
     del llm

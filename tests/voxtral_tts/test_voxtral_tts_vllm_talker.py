@@ -6,12 +6,11 @@ and each request ends where its END_AUDIO frame comes (or at its frame budget)."
 from __future__ import annotations
 
 import gc
-import os
 
 import pytest
 import torch
 
-from tritontts.testing.engine import close_engine
+from tritontts.testing.engine import close_engine, frames_engine
 from tritontts.voxtral_tts.checkpoint import open_checkpoint
 from tritontts.voxtral_tts.random_checkpoint import write_random_checkpoint
 from tritontts.voxtral_tts.talker import VoxtralTalker, talker_state
@@ -24,18 +23,11 @@ REQUESTS = [("Hello there, how are you today?", "casual_male", 1, 1.2),
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm import LLM
-
-    from tritontts.vllm_frames import ROW_TRACKER
     from tritontts.voxtral_tts.vllm_model import prepare_vllm_talker, register
 
     checkpoint = open_checkpoint(write_random_checkpoint(tmp_path_factory.mktemp("voxtral") / "tiny", seed=4))
     register()
-    llm = LLM(model=str(prepare_vllm_talker(checkpoint, tmp_path_factory.mktemp("cache"))),
-              skip_tokenizer_init=True, dtype="float32", enforce_eager=True, enable_prefix_caching=False,
-              max_model_len=512, max_num_seqs=8, seed=0, logits_processors=[ROW_TRACKER],
-              kv_cache_memory_bytes=64 * 2**20)
+    llm = frames_engine(prepare_vllm_talker(checkpoint, tmp_path_factory.mktemp("cache")), 64 * 2**20)
     yield checkpoint, llm
     close_engine(llm)
     del llm

@@ -30,7 +30,7 @@ from ..checkpoint import REQUIRED as _REQUIRED
 from ..checkpoint import CheckpointError
 from ..checkpoint import ConfigFields as _Fields
 from ..checkpoint import read_json as _read_json
-from ..checkpoint import require_dir, require_files, require_json_objects, require_tokenizer
+from ..checkpoint import read_tensors, require_dir, require_files, require_json_objects, require_tokenizer
 from ..checkpoint import weight_names as _weight_names
 from ..qwen3 import Qwen3Shape
 
@@ -335,15 +335,7 @@ class Qwen3TTSCheckpoint:
     def tensors(self, prefix: str, strip: bool = True) -> dict:
         """The tensors of model.safetensors whose names start with `prefix` (prefix removed
         when `strip`); only those are read."""
-        from safetensors import safe_open
-
-        path = self.root / WEIGHTS_FILE
-        try:
-            with safe_open(str(path), framework="pt", device="cpu") as f:
-                cut = len(prefix) if strip else 0
-                return {k[cut:]: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)}
-        except Exception as exc:  # noqa: BLE001 - any failure is a bad file
-            raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+        return read_tensors(self.root / WEIGHTS_FILE, prefix, strip)
 
 
 def lookup(table: Mapping[str, Any], name: str):

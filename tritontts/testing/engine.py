@@ -24,3 +24,19 @@ def close_engine(llm) -> None:
     once inside another test's torch.export trace, which then failed. Closing one engine
     also tears down vLLM's process-wide parallel state: a module runs one engine at a time."""
     llm.llm_engine.engine_core.shutdown()
+
+
+def frames_engine(model_dir, kv_cache_bytes: int, max_model_len: int = 512):
+    """vLLM's LLM on a per-frame talker's model folder, its engine core in this process (the
+    model and the test share the streams of tritontts.vllm_frames), fp32, eager, the
+    RowTracker installed: what every vLLM talker test runs."""
+    import os
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM
+
+    from ..vllm_frames import ROW_TRACKER
+
+    return LLM(model=str(model_dir), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+               enable_prefix_caching=False, max_model_len=max_model_len, max_num_seqs=8, seed=0,
+               logits_processors=[ROW_TRACKER], kv_cache_memory_bytes=kv_cache_bytes)

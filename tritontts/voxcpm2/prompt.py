@@ -59,10 +59,14 @@ class TextTokenizer:
 @dataclass
 class TalkerPrompt:
     ids: Tensor          # [T] int64 (0 at audio positions)
-    text_mask: Tensor    # [T] float32
-    audio_mask: Tensor   # [T] float32
+    audio_mask: Tensor   # [T] float32: 1 at audio positions, 0 at text ones
     feats: Tensor        # [T, P, D] float32
     context: Tensor      # [c, P, D]: prompt patches decoded ahead of the generated ones
+
+    @property
+    def text_mask(self) -> Tensor:
+        """Every position is text or audio (in all of upstream's layouts)."""
+        return 1.0 - self.audio_mask
 
     @property
     def length(self) -> int:
@@ -92,15 +96,14 @@ def build_prompt(text_ids: list[int], patch_size: int, feat_dim: int, *,
     if continuation is not None:
         parts.append(([0] * continuation.shape[0], 0.0, continuation.float()))
     ids = torch.tensor([i for p, _, _ in parts for i in p], dtype=torch.long)
-    text_mask = torch.cat([torch.full((len(p),), t) for p, t, _ in parts])
+    audio_mask = 1.0 - torch.cat([torch.full((len(p),), t) for p, t, _ in parts])
     feats = torch.cat([f for _, _, f in parts])
-    audio_mask = 1.0 - text_mask
     context = feats[:0]
     if continuation is not None:
         audio_positions = audio_mask.nonzero()[:, 0]
         keep = min(STREAMING_PREFIX_LEN - 1, audio_positions.numel())
         context = feats[audio_positions[audio_positions.numel() - keep:]]
-    return TalkerPrompt(ids, text_mask, audio_mask, feats, context)
+    return TalkerPrompt(ids, audio_mask, feats, context)
 
 
 def pad_to_patches(audio: Tensor, patch_samples: int, at_start: bool) -> Tensor:

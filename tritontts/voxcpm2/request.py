@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..sampling import sampling_overrides
-from ..stage import InvalidRequest, audio_param, int_param, reject_unknown, reject_unsupported, seed_param
-from ..voice import MAX_REF_TEXT_CHARS, VOICE_FEATURES, voice_features_param
+from ..stage import InvalidRequest, int_param, reject_unknown, reject_unsupported, seed_param
+from ..voice import VOICE_FEATURES, transcribed_reference
 
 SAMPLING_KNOBS = ("cfg_value", "inference_timesteps")
 CLONE_MODES = ("reference", "continuation", "both")
@@ -59,20 +59,8 @@ class VoxCPM2Params:
 def parse_voxcpm2_params(params: dict[str, Any]) -> VoxCPM2Params:
     reject_unknown(params, KNOWN, "voxcpm2")
     reject_unsupported(params, UNSUPPORTED)
-    ref_audio = audio_param(params["ref_audio"]) if params.get("ref_audio") is not None else None
-    ref_text = params.get("ref_text")
-    if ref_text is not None:
-        if not isinstance(ref_text, str) or not ref_text.strip():
-            raise InvalidRequest("ref_text must be non-empty text: the transcript of ref_audio")
-        if len(ref_text) > MAX_REF_TEXT_CHARS:
-            raise InvalidRequest(f"ref_text is {len(ref_text)} characters; the limit is {MAX_REF_TEXT_CHARS}")
-        ref_text = ref_text.strip()
-    features = voice_features_param(params[VOICE_FEATURES]) if params.get(VOICE_FEATURES) is not None else None
-    if features is not None and (ref_audio is not None or ref_text is not None):
-        raise InvalidRequest("a stored voice (voice_features) replaces ref_audio and ref_text; "
-                             "send one or the other")
-    if ref_text is not None and ref_audio is None and features is None:
-        raise InvalidRequest("ref_text is the transcript of ref_audio: send ref_audio with it")
+    # The transcript is optional: without it the recording is only imitated, not continued.
+    ref_audio, ref_text, features = transcribed_reference(params, "VoxCPM2", transcript_required=False)
     mode = params.get("clone_mode")
     if mode is not None and mode not in CLONE_MODES:
         raise InvalidRequest(f"clone_mode must be one of {', '.join(CLONE_MODES)}, got {mode!r}")
@@ -82,7 +70,7 @@ def parse_voxcpm2_params(params: dict[str, Any]) -> VoxCPM2Params:
     if mode in ("continuation", "both") and ref_audio is not None and ref_text is None:
         raise InvalidRequest(f"clone_mode {mode!r} continues the recording and needs ref_text, "
                              "its transcript; or use clone_mode 'reference'")
-    if cloning and mode is None and ref_audio is not None:
+    if mode is None and ref_audio is not None:
         mode = "both" if ref_text is not None else "reference"
     return VoxCPM2Params(
         ref_audio=ref_audio, ref_text=ref_text, clone_mode=mode, voice_features=features,

@@ -169,7 +169,7 @@ class VoxCPM2TalkerStage(VllmTalkerStage):
         audio = torch.from_numpy(np.array(inputs.flat("audio_mask"), np.float32))
         feats = torch.from_numpy(np.array(inputs["feats"], np.float32))
         context = feats[feats.shape[0] - int(inputs.scalar("context_patches")):]
-        prompt = TalkerPrompt(ids, 1.0 - audio, audio, feats, context)
+        prompt = TalkerPrompt(ids, audio, feats, context)
         steps = min(int(inputs.scalar("max_steps")), self.max_model_len - prompt.length)
         if steps < 1:
             raise InvalidRequest(f"the prompt needs {prompt.length} of the talker's {self.max_model_len} "

@@ -268,7 +268,7 @@ class VoxCPM2TalkerForVllm(nn.Module):
 
 
 def _on(prompt: TalkerPrompt, device: torch.device) -> TalkerPrompt:
-    return TalkerPrompt(prompt.ids.to(device), prompt.text_mask.to(device), prompt.audio_mask.to(device),
+    return TalkerPrompt(prompt.ids.to(device), prompt.audio_mask.to(device),
                         prompt.feats.to(device), prompt.context)
 
 

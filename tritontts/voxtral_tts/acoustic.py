@@ -66,6 +66,11 @@ class AcousticConfig:
         return [self.semantic_codebook_size + SPECIAL_CODES] + \
                [self.acoustic_codebook_size + SPECIAL_CODES] * self.n_acoustic_codebook
 
+    @property
+    def embedding_rows(self) -> int:
+        """Rows of the talker's one codebook-embedding table: all codebooks, padded to 128."""
+        return _round_up(sum(self.codebook_sizes), 128)
+
     @classmethod
     def from_dict(cls, data: dict[str, Any], fields: ConfigFields) -> "AcousticConfig":
         sizes = data.get("codebook_sizes")

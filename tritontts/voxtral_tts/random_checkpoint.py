@@ -159,9 +159,8 @@ def random_state(params: dict, vocab_size: int, generator: torch.Generator) -> d
             state[layer + norm + ".weight"] = 1.0 + 0.1 * torch.randn(b.dim, generator=generator)
     state["norm.weight"] = 1.0 + 0.1 * torch.randn(b.dim, generator=generator)
     state["mm_audio_embeddings.tok_embeddings.weight"] = torch.randn(vocab_size, b.dim, generator=generator)
-    rows = 128 * math.ceil(sum(a.codebook_sizes) / 128)
     state["mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight"] = \
-        torch.randn(rows, b.dim, generator=generator) / math.sqrt(len(a.codebook_sizes))
+        torch.randn(a.embedding_rows, b.dim, generator=generator) / math.sqrt(len(a.codebook_sizes))
     if not b.tied_embeddings:
         state["output.weight"] = _scaled((vocab_size, b.dim), generator)
     with torch.device("meta"):

@@ -129,11 +129,10 @@ class VoxtralTTSTalkerStage(VllmTalkerStage):
 
     @staticmethod
     def audio_frames(frames: list, limit: int) -> int:
-        """Frames that are audio: up to the END_AUDIO frame, at most `limit`."""
-        for i, frame in enumerate(frames[:limit]):
-            if int(frame[0]) == END_AUDIO:
-                return i
-        return min(len(frames), limit)
+        """Frames that are audio, at most `limit`: all but an END_AUDIO frame, which can only
+        be the last (the engine stops at it)."""
+        ended = bool(frames) and int(frames[-1][0]) == END_AUDIO
+        return min(len(frames) - ended, limit)
 
     def chunk(self, frames: list, start: int, end: int, final: bool) -> dict[str, Any]:
         first = max(0, start - self.left_context_frames)
@@ -150,16 +149,17 @@ class VoxtralTTSCodecStage(WindowDecoderStage):
     window = "codes"
 
     def __init__(self, context: StageContext, checkpoint: VoxtralTTSCheckpoint | None = None):
-        from safetensors.torch import load_file
-
-        from .codec import load_codec
+        from ..checkpoint import read_tensors
+        from .codec import PREFIX, load_codec
 
         super().__init__(context)
         torch.set_num_threads(context.int_parameter("torch_threads", 1))
         checkpoint = checkpoint or served_checkpoint(context)
         self.device = torch.device(context.device)
         path = checkpoint.path(WEIGHTS_FILE)
-        self.codec = load_codec(load_file(str(path)), checkpoint.config.codec, str(path), self.device)
+        # Only the codec's tensors are read (the file also holds the whole talker).
+        self.codec = load_codec(read_tensors(path, PREFIX, strip=False), checkpoint.config.codec, str(path),
+                                self.device)
         self.hop = checkpoint.config.codec.samples_per_frame
         self.sample_rate = checkpoint.config.codec.sampling_rate
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .acoustic import END_AUDIO, AcousticTransformer, Block
+from .acoustic import END_AUDIO, AcousticConfig, AcousticTransformer, Block
 from .checkpoint import BackboneConfig, VoxtralTTSConfig
 
 TEXT_EMBEDDINGS = "mm_audio_embeddings.tok_embeddings.weight"
@@ -74,6 +74,29 @@ class Attention(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(bsz, t, -1))
 
 
+class FrameEmbeddings(nn.Module):
+    """Frames [..., 37] (as the talker makes them, shifted by 2) -> [..., dim]: the sum of the
+    codes' rows of one table, codebook k's codes offset by the sizes of those before it."""
+
+    def __init__(self, a: AcousticConfig, dim: int) -> None:
+        super().__init__()
+        self.table = nn.Embedding(a.embedding_rows, dim)
+        self.register_buffer("offsets", torch.tensor([0] + a.codebook_sizes[:-1]).cumsum(0), persistent=False)
+
+    def forward(self, codes: Tensor) -> Tensor:
+        return self.table(codes.long().to(self.offsets.device) + self.offsets).sum(dim=-2)
+
+
+def place_voice(embeds: Tensor, ids: Tensor, voice: Tensor, audio_token_id: int) -> Tensor:
+    """The prompt's embeddings [T, dim] with the voice's rows at its [AUDIO] positions (in
+    place; their counts must agree)."""
+    audio = ids == audio_token_id
+    if int(audio.sum()) != voice.shape[0]:
+        raise ValueError(f"the prompt has {int(audio.sum())} [AUDIO] positions, the voice {voice.shape[0]} rows")
+    embeds[audio] = voice.to(embeds)
+    return embeds
+
+
 class VoxtralTalker(nn.Module):
     """Backbone + audio embeddings + acoustic transformer; load_state_dict takes
     consolidated.safetensors' backbone, mm_audio_embeddings.* and acoustic_transformer.*
@@ -87,24 +110,12 @@ class VoxtralTalker(nn.Module):
                                     for _ in range(b.n_layers))
         self.norm = nn.RMSNorm(b.dim, eps=b.norm_eps)
         self.tok_embeddings = nn.Embedding(b.vocab_size, b.dim)
-        rows = 128 * -(-sum(a.codebook_sizes) // 128)
-        self.codebook_embeddings = nn.Embedding(rows, b.dim)
-        offsets = torch.tensor([0] + a.codebook_sizes[:-1]).cumsum(0)
-        self.register_buffer("offsets", offsets, persistent=False)
+        self.embed_frames = FrameEmbeddings(a, b.dim)
         self.acoustic_transformer = AcousticTransformer(a)
-
-    def embed_frames(self, codes: Tensor) -> Tensor:
-        """Frames [..., 37] (as the talker makes them, shifted by 2) -> [..., dim]."""
-        return self.codebook_embeddings(codes.long() + self.offsets).sum(dim=-2)
 
     def prompt_embeds(self, ids: Tensor, voice: Tensor) -> Tensor:
         """Prompt ids [T] -> [T, dim]: text embeddings, the voice's rows at the [AUDIO] ones."""
-        embeds = self.tok_embeddings(ids)
-        audio = ids == self.config.audio_token_id
-        if int(audio.sum()) != voice.shape[0]:
-            raise ValueError(f"the prompt has {int(audio.sum())} [AUDIO] positions, the voice {voice.shape[0]} rows")
-        embeds[audio] = voice.to(embeds.dtype)
-        return embeds
+        return place_voice(self.tok_embeddings(ids), ids, voice, self.config.audio_token_id)
 
     def hidden(self, embeds: Tensor) -> Tensor:
         """[B, T, dim] -> final-normed hidden states [B, T, dim]."""
@@ -136,7 +147,7 @@ def talker_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
         if name == TEXT_EMBEDDINGS:
             out["tok_embeddings.weight"] = tensor
         elif name == CODEBOOK_EMBEDDINGS:
-            out["codebook_embeddings.weight"] = tensor
+            out["embed_frames.table.weight"] = tensor
         elif name.startswith(("layers.", "norm.", "acoustic_transformer.")):
             out[name] = tensor
     return out

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from ..checkpoint import engine_folder
 from .acoustic import END_AUDIO, AcousticTransformer
 from .checkpoint import PARAMS_FILE, WEIGHTS_FILE, VoxtralTTSCheckpoint, parse_params
-from .talker import CODEBOOK_EMBEDDINGS, TEXT_EMBEDDINGS, rotate_half_rows
+from .talker import CODEBOOK_EMBEDDINGS, TEXT_EMBEDDINGS, FrameEmbeddings, place_voice, rotate_half_rows
 
 ARCHITECTURE = "VoxtralTTSTalkerForVllm"
 MODEL_CLASS = f"{__name__}:{ARCHITECTURE}"
@@ -89,17 +89,13 @@ class VoxtralTTSTalkerForVllm(nn.Module):
         self.voxtral = parse_params(Path(vllm_config.model_config.model) / PARAMS_COPY)
         b, a = self.voxtral.backbone, self.voxtral.acoustic
         self.model = LlamaModel(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
-        self.codebook_embeddings = nn.Embedding(128 * -(-sum(a.codebook_sizes) // 128), b.dim)
-        self.register_buffer("offsets", torch.tensor([0] + a.codebook_sizes[:-1]).cumsum(0), persistent=False)
+        self.embed_frames = FrameEmbeddings(a, b.dim)
         self.acoustic_transformer = AcousticTransformer(a)
         self.vocab_size = b.vocab_size
         self._logit_rows: list[tuple[int, str, int]] = []     # (row, stream key, frame index)
 
     def embed_input_ids(self, input_ids: Tensor) -> Tensor:
         return self.model.embed_input_ids(input_ids)
-
-    def embed_frames(self, codes: Tensor) -> Tensor:
-        return self.codebook_embeddings(codes.long().to(self.offsets.device) + self.offsets).sum(dim=-2)
 
     def _inputs(self, input_ids: Tensor, positions: Tensor) -> Tensor:
         from ..vllm_frames import batch_rows, lookup
@@ -112,10 +108,9 @@ class VoxtralTTSTalkerForVllm(nn.Module):
                 continue
             t = stream.prompt_length
             if stream.prompt_embeds is None:
-                prompt = self.embed_input_ids(stream.ids.to(input_ids.device))
-                audio = stream.ids.to(input_ids.device) == self.voxtral.audio_token_id
-                prompt[audio] = stream.voice.to(prompt)
-                stream.prompt_embeds = prompt
+                ids = stream.ids.to(input_ids.device)
+                stream.prompt_embeds = place_voice(self.embed_input_ids(ids), ids, stream.voice,
+                                                   self.voxtral.audio_token_id)
             pos = positions[start:end]
             in_prompt = pos < t
             if bool(in_prompt.any()):
@@ -174,8 +169,8 @@ class VoxtralTTSTalkerForVllm(nn.Module):
             if name == TEXT_EMBEDDINGS:
                 backbone.append(("embed_tokens.weight", tensor))
             elif name == CODEBOOK_EMBEDDINGS:
-                self.codebook_embeddings.weight.data.copy_(tensor)
-                loaded.add("codebook_embeddings.weight")
+                self.embed_frames.table.weight.data.copy_(tensor)
+                loaded.add("embed_frames.table.weight")
             elif name.startswith("acoustic_transformer."):
                 acoustic[name[len("acoustic_transformer."):]] = tensor
             elif name == "norm.weight":
