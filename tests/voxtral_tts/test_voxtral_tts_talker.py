@@ -9,9 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tritontts.testing.references import voxtral_reference_frames, voxtral_reference_talker
 from tritontts.voxtral_tts.checkpoint import open_checkpoint
 from tritontts.voxtral_tts.random_checkpoint import write_random_checkpoint
-from tritontts.voxtral_tts.talker import VoxtralTalker, rotate_half_rows, talker_state
+from tritontts.voxtral_tts.talker import VoxtralTalker, talker_state
 
 
 @pytest.fixture(scope="module")
@@ -24,40 +25,13 @@ def loaded(tmp_path_factory):
     return ckpt, state, talker.eval()
 
 
-def hf_mistral(ckpt, state, reorder: bool = True):
-    from transformers import MistralConfig, MistralForCausalLM
-
-    b = ckpt.config.backbone
-    model = MistralForCausalLM(MistralConfig(
-        hidden_size=b.dim, intermediate_size=b.hidden_dim, num_hidden_layers=b.n_layers,
-        num_attention_heads=b.n_heads, num_key_value_heads=b.n_kv_heads, head_dim=b.head_dim,
-        rms_norm_eps=b.norm_eps, rope_theta=b.rope_theta, vocab_size=b.vocab_size,
-        tie_word_embeddings=True, max_position_embeddings=4096))
-    fix = (lambda w, h: rotate_half_rows(w, h)) if reorder else (lambda w, h: w)
-    hf = {"model.embed_tokens.weight": state["mm_audio_embeddings.tok_embeddings.weight"],
-          "model.norm.weight": state["norm.weight"]}
-    for i in range(b.n_layers):
-        p, q = f"layers.{i}.", f"model.layers.{i}."
-        hf.update({q + "self_attn.q_proj.weight": fix(state[p + "attention.wq.weight"], b.n_heads),
-                   q + "self_attn.k_proj.weight": fix(state[p + "attention.wk.weight"], b.n_kv_heads),
-                   q + "self_attn.v_proj.weight": state[p + "attention.wv.weight"],
-                   q + "self_attn.o_proj.weight": state[p + "attention.wo.weight"],
-                   q + "mlp.gate_proj.weight": state[p + "feed_forward.w1.weight"],
-                   q + "mlp.up_proj.weight": state[p + "feed_forward.w3.weight"],
-                   q + "mlp.down_proj.weight": state[p + "feed_forward.w2.weight"],
-                   q + "input_layernorm.weight": state[p + "attention_norm.weight"],
-                   q + "post_attention_layernorm.weight": state[p + "ffn_norm.weight"]})
-    model.load_state_dict(hf, strict=False)
-    return model.float().eval()
-
-
 def test_backbone_matches_transformers_mistral_with_reordered_rows(loaded):
     ckpt, state, talker = loaded
     ids = torch.randint(100, ckpt.config.backbone.vocab_size, (2, 23), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ours = talker.hidden(talker.tok_embeddings(ids))
-        want = hf_mistral(ckpt, state).model(input_ids=ids).last_hidden_state
-        plain = hf_mistral(ckpt, state, reorder=False).model(input_ids=ids).last_hidden_state
+        want = voxtral_reference_talker(ckpt)[0](input_ids=ids).last_hidden_state
+        plain = voxtral_reference_talker(ckpt, reorder=False)[0](input_ids=ids).last_hidden_state
     diff = (ours - want).abs().max().item()
     print(f"backbone hidden max-abs-diff {diff:.2e}; without the row reordering {(ours - plain).abs().max():.2e}")
     assert diff < 1e-4
@@ -99,3 +73,27 @@ def test_seeded_generation_is_reproducible_and_gives_valid_codes(loaded):
     assert ((a[:, 0] >= 2) & (a[:, 0] < 2 + 64)).all() and ((a[:, 1:] >= 2) & (a[:, 1:] <= 22)).all()
     # Another seed: the first frame's acoustic codes (drawn from its noise) differ.
     assert a.shape[0] > 0 and not torch.equal(a[0, 1:], other[0, 1:])
+
+
+def test_generate_equals_the_reference_loop_with_the_same_noise(loaded):
+    """Our talker's generate (whole sequence each step, our acoustic transformer) against the
+    reference loop (transformers' KV cache + vLLM-Omni's FlowMatchingAudioTransformer drawing
+    its own noise) from the same global seed; another seed as the negative control."""
+    from tritontts.voxtral_tts.acoustic import END_AUDIO
+
+    ckpt, _, talker = loaded
+    backbone, acoustic = voxtral_reference_talker(ckpt)
+    ids = speech_ids(ckpt, "Hello there, how are you today?", "neutral_female")
+    with torch.no_grad():
+        prompt = talker.prompt_embeds(ids, ckpt.voice_embedding("neutral_female"))
+    torch.manual_seed(5)
+    want = voxtral_reference_frames(backbone, acoustic, talker.embed_frames, prompt[None], 10)[0]
+    ended = (want[:, 0] == END_AUDIO).nonzero()
+    want = want[:int(ended[0])] if len(ended) else want
+    torch.manual_seed(5)
+    got = talker.generate(prompt, lambda: torch.randn(1, 36), 10)
+    torch.manual_seed(6)
+    other = talker.generate(prompt, lambda: torch.randn(1, 36), 10)
+    print(f"{got.shape[0]} frames, reference {want.shape[0]}; another seed equal: {torch.equal(other, got)}")
+    assert got.shape[0] >= 3 and torch.equal(got, want)
+    assert not torch.equal(other, got)

@@ -1,9 +1,15 @@
 """Random-weight Voxtral TTS checkpoints in the released (Mistral) layout
 (tritontts.voxtral_tts.checkpoint): params.json, consolidated.safetensors (backbone under
 Mistral names, the audio embeddings, acoustic_transformer.*, audio_tokenizer.*), tekken.json
-and voice_embedding/NAME.pt. Tiny sizes only so far (the released ones are ~4 B parameters).
+and voice_embedding/NAME.pt. `tiny` runs in seconds (tests); `released` has the released
+model's sizes (~4 B parameters, bfloat16 as released) for measuring speed: the Ministral-3B
+backbone, a 3-layer acoustic transformer as wide as the backbone (the semantic head reads
+the backbone's hidden state, so it must be), the codec at vLLM-Omni's AudioTokenizerArgs
+defaults, a 131072-entry tekken.json. No released params.json is reachable here: the
+backbone's and the acoustic transformer's widths are Ministral 3B's published shape, the
+voice lengths a guess (marked INFERRED below).
 
-  python -m tritontts.voxtral_tts.random_checkpoint OUT [--seed N]
+  python -m tritontts.voxtral_tts.random_checkpoint OUT [--size released] [--seed N]
 
 A tekken.json is tiktoken ranks (byte-level BPE, base64 token bytes) + special tokens by
 name + an `audio` section; mistral-common reads it (MistralTokenizer.from_file) and lays out
@@ -61,11 +67,15 @@ def byte_pair_ranks(corpus: str, merges: int) -> list[bytes]:
 
 
 def write_tekken(path: str | Path, voices: dict[str, int], num_special: int = 100, merges: int = 200,
-                 sampling_rate: int = 24000, frame_rate: float = 12.5) -> Path:
+                 sampling_rate: int = 24000, frame_rate: float = 12.5, vocab_size: int | None = None) -> Path:
     """A tekken.json (version v13) with the speech special tokens at their released ids and
-    an audio section whose voice_num_audio_tokens are `voices` (name -> placeholder count)."""
+    an audio section whose voice_num_audio_tokens are `voices` (name -> placeholder count).
+    `vocab_size` (specials included) pads the BPE ranks with byte strings no text reaches."""
     path = Path(path)
     ranks = byte_pair_ranks(_CORPUS * 4, merges)
+    if vocab_size is not None:
+        # Fillers: 0xff never occurs in UTF-8, so no text's merges can reach them.
+        ranks += [b"\xff\xff" + k.to_bytes(3, "big") for k in range(vocab_size - num_special - len(ranks))]
     vocab = []
     for rank, token in enumerate(ranks):
         try:
@@ -110,6 +120,30 @@ TINY = {
 }
 VOICE_TOKENS = {"casual_male": 6, "neutral_female": 4}
 
+# INFERRED: Ministral 3B's published shape; the acoustic transformer as wide as the backbone
+# (required), its heads as the backbone's; the codec at vLLM-Omni's AudioTokenizerArgs
+# defaults; the voices' lengths about 8 s of reference audio at 12.5 frames/s.
+RELEASED = {
+    "dim": 3072, "n_layers": 26, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "hidden_dim": 9216,
+    "norm_eps": 1e-5, "rope_theta": 1000000.0, "tied_embeddings": True, "max_seq_len": 65536,
+    "audio_model_args": {
+        "semantic_codebook_size": 8192, "acoustic_codebook_size": 21, "n_acoustic_codebook": 36,
+        "audio_token_id": 24, "begin_audio_token_id": 25, "input_embedding_concat_type": "sum",
+        "audio_encoding_args": {"sampling_rate": 24000, "frame_rate": 12.5, "num_codebooks": 37,
+                                "codebook_pattern": "parallel"},
+        "acoustic_transformer_args": {"input_dim": 3072, "dim": 3072, "n_layers": 3, "head_dim": 128,
+                                      "hidden_dim": 9216, "n_heads": 32, "n_kv_heads": 8, "use_biases": False,
+                                      "norm_eps": 1e-5, "n_decoding_steps": 7, "sigma": 1e-5}},
+    "audio_tokenizer_args": {
+        "dim": 1024, "hidden_dim": 4096, "head_dim": 128, "n_heads": 8, "n_kv_heads": 8,
+        "semantic_codebook_size": 8192, "semantic_dim": 256, "acoustic_codebook_size": 21, "acoustic_dim": 36,
+        "norm_eps": 0.01, "layer_scale_init": 0.01,
+        "voice": {"casual_male": 0, "neutral_female": 1, "cheerful_female": 2, "neutral_male": 3}},
+}
+RELEASED_VOICE_TOKENS = {"casual_male": 100, "neutral_female": 96, "cheerful_female": 104, "neutral_male": 92}
+SIZES = {"tiny": (TINY, VOICE_TOKENS, dict(num_special=100)),
+         "released": (RELEASED, RELEASED_VOICE_TOKENS, dict(num_special=1000, vocab_size=131072))}
+
 
 def _scaled(shape, generator: torch.Generator) -> torch.Tensor:
     return torch.randn(shape, generator=generator) * shape[-1] ** -0.5
@@ -139,13 +173,23 @@ def random_codec_state(config, generator: torch.Generator) -> dict[str, torch.Te
     return state
 
 
-def random_state(params: dict, vocab_size: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+def random_state(params: dict, vocab_size: int, generator: torch.Generator,
+                 dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """Every tensor of consolidated.safetensors in `dtype`, each cast as it is made (the
+    released size then never holds all ~4 B values in float32 at once)."""
     from .acoustic import AcousticTransformer
     from .checkpoint import parse_params_dict
 
     config = parse_params_dict(params)
     b, a = config.backbone, config.acoustic
     state: dict[str, torch.Tensor] = {}
+
+    def put(name: str, value: torch.Tensor) -> None:
+        state[name] = value.to(dtype)
+
+    def norm(n: int) -> torch.Tensor:
+        return 1.0 + 0.1 * torch.randn(n, generator=generator)
+
     for i in range(b.n_layers):
         layer = f"layers.{i}."
         for name, shape in (("attention.wq", (b.n_heads * b.head_dim, b.dim)),
@@ -154,45 +198,49 @@ def random_state(params: dict, vocab_size: int, generator: torch.Generator) -> d
                             ("attention.wo", (b.dim, b.n_heads * b.head_dim)),
                             ("feed_forward.w1", (b.hidden_dim, b.dim)), ("feed_forward.w2", (b.dim, b.hidden_dim)),
                             ("feed_forward.w3", (b.hidden_dim, b.dim))):
-            state[layer + name + ".weight"] = _scaled(shape, generator)
-        for norm in ("attention_norm", "ffn_norm"):
-            state[layer + norm + ".weight"] = 1.0 + 0.1 * torch.randn(b.dim, generator=generator)
-    state["norm.weight"] = 1.0 + 0.1 * torch.randn(b.dim, generator=generator)
-    state["mm_audio_embeddings.tok_embeddings.weight"] = torch.randn(vocab_size, b.dim, generator=generator)
-    state["mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight"] = \
-        torch.randn(a.embedding_rows, b.dim, generator=generator) / math.sqrt(len(a.codebook_sizes))
+            put(layer + name + ".weight", _scaled(shape, generator))
+        for name in ("attention_norm", "ffn_norm"):
+            put(layer + name + ".weight", norm(b.dim))
+    put("norm.weight", norm(b.dim))
+    put("mm_audio_embeddings.tok_embeddings.weight", torch.randn(vocab_size, b.dim, generator=generator))
+    put("mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight",
+        torch.randn(a.embedding_rows, b.dim, generator=generator) / math.sqrt(len(a.codebook_sizes)))
     if not b.tied_embeddings:
-        state["output.weight"] = _scaled((vocab_size, b.dim), generator)
+        put("output.weight", _scaled((vocab_size, b.dim), generator))
     with torch.device("meta"):
         shapes = {k: tuple(v.shape) for k, v in AcousticTransformer(a).state_dict().items()}
     for name, shape in shapes.items():
-        state["acoustic_transformer." + name] = (1.0 + 0.1 * torch.randn(shape, generator=generator)
-                                                 if name.endswith("norm.weight") else _scaled(shape, generator))
-    state.update({"audio_tokenizer." + k: v for k, v in random_codec_state(config.codec, generator).items()})
+        put("acoustic_transformer." + name, norm(shape) if name.endswith("norm.weight") else _scaled(shape, generator))
+    for name, value in random_codec_state(config.codec, generator).items():
+        put("audio_tokenizer." + name, value)
     return state
 
 
 def write_random_checkpoint(out: str | Path, seed: int = 0, size: str = "tiny") -> Path:
-    if size != "tiny":
-        raise ValueError("only the tiny Voxtral TTS checkpoint is written so far")
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
+    shape, voice_tokens, tekken_sizes = SIZES[size]
     out = Path(out)
     (out / "voice_embedding").mkdir(parents=True, exist_ok=True)
-    tekken = write_tekken(out / "tekken.json", VOICE_TOKENS)
+    tekken = write_tekken(out / "tekken.json", voice_tokens, **tekken_sizes)
     vocab_size = json.loads(tekken.read_text())["config"]["default_vocab_size"]
-    params = {k: v for k, v in TINY.items() if not k.startswith("audio_")}
+    params = {k: v for k, v in shape.items() if not k.startswith("audio_")}
     params.update(vocab_size=vocab_size, model_type="voxtral_tts",
-                  multimodal={"audio_model_args": TINY["audio_model_args"],
-                              "audio_tokenizer_args": TINY["audio_tokenizer_args"]})
+                  multimodal={"audio_model_args": shape["audio_model_args"],
+                              "audio_tokenizer_args": shape["audio_tokenizer_args"]})
     (out / "params.json").write_text(json.dumps(params, indent=2), encoding="utf-8")
+    # The released weights are bfloat16; tiny ones stay float32 so parity tests are exact.
+    dtype = torch.float32 if size == "tiny" else torch.bfloat16
     generator = torch.Generator().manual_seed(seed)
-    save_safetensors(random_state(params, vocab_size, generator), out / "consolidated.safetensors", torch.float32)
-    for voice, tokens in VOICE_TOKENS.items():
-        torch.save(torch.randn(tokens, TINY["dim"], generator=generator) * 0.5, out / "voice_embedding" / f"{voice}.pt")
+    save_safetensors(random_state(params, vocab_size, generator, dtype), out / "consolidated.safetensors", dtype)
+    for voice, tokens in voice_tokens.items():
+        rows = torch.randn(tokens, shape["dim"], generator=generator) * 0.5
+        torch.save(rows.to(dtype), out / "voice_embedding" / f"{voice}.pt")
     return out
 
 
 def main(argv=None):
-    random_checkpoint_cli(__doc__, {"tiny": TINY}, write_random_checkpoint, argv)
+    random_checkpoint_cli(__doc__, SIZES, write_random_checkpoint, argv)
 
 
 if __name__ == "__main__":

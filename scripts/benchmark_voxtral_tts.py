@@ -1,0 +1,148 @@
+"""Voxtral TTS at released size (the Ministral-3B backbone, the 3-layer acoustic transformer,
+the codec; sizes partly inferred, see tritontts/voxtral_tts/random_checkpoint.py) with random
+weights, on this machine, in one run:
+
+1. talker frames per second: our vLLM talker (paged attention, the acoustic transformer
+   inside each step, batched across requests, each request's own noise) vs the reference
+   loop (tritontts.testing.references.voxtral_reference_frames: transformers' Mistral with
+   its KV cache + vLLM-Omni 0.30's FlowMatchingAudioTransformer per frame, the batch's rows
+   in one forward), fp32 both, batch 1 and 8 (the same prompt 8 times), equal CPU threads
+   (each arm in a process of its own: tritontts/benchmark/arms.py). A request ends early
+   only if its frame's semantic code is END_AUDIO: each arm counts the frames it really
+   made up to there;
+2. served through tritonserver + the front: time to first audio and real-time factor at
+   concurrency 1 and 4 (streaming PCM), preset voice.
+
+  .venv/bin/python scripts/benchmark_voxtral_tts.py [--checkpoint DIR] [--frames 30]
+                                                    [--threads 2] [--skip-talker] [--skip-serving]
+
+Without --checkpoint a random released-size checkpoint is written to .cache/ once (bf16, as
+released: 7.9 GB; each arm holds it in float32, 16 GB, one arm at a time).
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from tritontts.benchmark.arms import TalkerBenchmark, talker_benchmark_main
+from tritontts.benchmark.served import measure_served
+from tritontts.testing.stack import REPO
+
+TEXTS = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
+         "It's easy to tell the depth of a well.", "These days a chicken leg is a rare dish."]
+VOICE = "casual_male"
+CFG = 1.2
+
+
+def prompt_ids(checkpoint) -> torch.Tensor:
+    from mistral_common.protocol.speech.request import SpeechRequest
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    tokenizer = MistralTokenizer.from_file(str(checkpoint.path("tekken.json")))
+    request = SpeechRequest(input=TEXTS[0], voice=VOICE)
+    return torch.tensor(tokenizer.instruct_tokenizer.encode_speech_request(request).tokens)
+
+
+def audio_frames(frames: torch.Tensor) -> int:
+    """Frames [n, 37] of one request -> how many come before its first END_AUDIO."""
+    from tritontts.voxtral_tts.acoustic import END_AUDIO
+
+    ended = (frames[:, 0] == END_AUDIO).nonzero()
+    return int(ended[0]) if len(ended) else int(frames.shape[0])
+
+
+def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
+    # The engine core in this process: the model and the benchmark share the streams.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM, SamplingParams, TokensPrompt
+
+    from tritontts.vllm_frames import FRAMES_ARG, ROW_TRACKER, register, release
+    from tritontts.voxtral_tts.vllm_model import EOS, VoiceStream, prepare_vllm_talker
+    from tritontts.voxtral_tts.vllm_model import register as register_model
+
+    register_model()
+    ids, voice = prompt_ids(checkpoint), checkpoint.voice_embedding(VOICE)
+    llm = LLM(model=str(prepare_vllm_talker(checkpoint, REPO / ".cache")), skip_tokenizer_init=True,
+              dtype="float32", enforce_eager=True, enable_prefix_caching=False, max_model_len=512,
+              max_num_seqs=8, seed=0, logits_processors=[ROW_TRACKER], kv_cache_memory_bytes=1 << 30)
+    speed = {}
+    for batch in batches:
+        for warm in (True, False):
+            keys = [f"{batch}-{warm}-{k}" for k in range(batch)]
+            for k, key in enumerate(keys):
+                register(key, VoiceStream(ids, voice, torch.Generator().manual_seed(k), CFG))
+            params = [SamplingParams(temperature=0.0, max_tokens=2 if warm else frames, stop_token_ids=[EOS],
+                                     detokenize=False, extra_args={FRAMES_ARG: key}) for key in keys]
+            start = time.perf_counter()
+            llm.generate([TokensPrompt(prompt_token_ids=ids.tolist())] * batch, params, use_tqdm=False)
+            wall = time.perf_counter() - start
+            made = 0
+            for key in keys:
+                got = release(key).frames
+                made += audio_frames(torch.stack(got)) if got else 0
+        speed[batch] = made / wall
+        print(f"vLLM, batch {batch}: {made} frames in {wall:.1f} s = {speed[batch]:.2f} frames/s", flush=True)
+    return speed
+
+
+def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
+    from tritontts.checkpoint import read_tensors
+    from tritontts.testing.references import voxtral_reference_frames, voxtral_reference_talker
+    from tritontts.voxtral_tts.checkpoint import WEIGHTS_FILE
+    from tritontts.voxtral_tts.talker import CODEBOOK_EMBEDDINGS, FrameEmbeddings, place_voice
+
+    backbone, acoustic = voxtral_reference_talker(checkpoint)
+    c = checkpoint.config
+    embed_frames = FrameEmbeddings(c.acoustic, c.backbone.dim)
+    embed_frames.table.weight.data = read_tensors(checkpoint.path(WEIGHTS_FILE),
+                                                  CODEBOOK_EMBEDDINGS, strip=False)[CODEBOOK_EMBEDDINGS].float()
+    ids = prompt_ids(checkpoint)
+    with torch.no_grad():
+        # The backbone's embedding table is the text embedding table: the prompt from it.
+        prompt = place_voice(backbone.embed_tokens(ids), ids, checkpoint.voice_embedding(VOICE), c.audio_token_id)
+    torch.manual_seed(0)
+    voxtral_reference_frames(backbone, acoustic, embed_frames, prompt[None], 2, CFG)      # warm-up
+    speed = {}
+    for batch in batches:
+        start = time.perf_counter()
+        out = voxtral_reference_frames(backbone, acoustic, embed_frames, prompt[None].expand(batch, -1, -1),
+                                       frames, CFG)
+        wall = time.perf_counter() - start
+        made = sum(audio_frames(row) for row in out)
+        speed[batch] = made / wall
+        print(f"reference loop, batch {batch}: {made} frames in {wall:.1f} s = {speed[batch]:.2f} frames/s",
+              flush=True)
+    return speed  # each arm runs in a process of its own: the model goes with it
+
+
+def released() -> Path:
+    from tritontts.voxtral_tts.random_checkpoint import write_random_checkpoint
+
+    root = REPO / ".cache" / "voxtral-tts-released"
+    if not (root / "voice_embedding" / f"{VOICE}.pt").exists():
+        write_random_checkpoint(root, size="released")
+    return root
+
+
+def serving(root: Path, frames: int) -> None:
+    # A chunk's frames take seconds each at this size on a CPU: the front's stall and
+    # request limits are raised past that.
+    measure_served("voxtral_tts", root, lambda k: {"input": TEXTS[k % len(TEXTS)], "voice": VOICE, "seed": k,
+                                                   "max_new_tokens": frames},
+                   stall_timeout=3600, request_timeout=7200)
+
+
+def main() -> None:
+    from tritontts.voxtral_tts.checkpoint import open_checkpoint
+
+    talker_benchmark_main(TalkerBenchmark(
+        script=Path(__file__), doc=__doc__, open_checkpoint=open_checkpoint,
+        arms={"vllm": vllm_speed, "reference": reference_speed}, work="frames", work_default=30,
+        work_help="frames per request (12.5 a second)", unit="frames", released=released, serve=serving))
+
+
+if __name__ == "__main__":
+    main()
