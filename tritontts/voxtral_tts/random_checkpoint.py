@@ -101,45 +101,45 @@ def write_tekken(path: str | Path, voices: dict[str, int], num_special: int = 10
     return path
 
 
-TINY = {
+def params_shape(backbone: dict, acoustic: dict, codec: dict, semantic_codebook_size: int,
+                 voices: tuple[str, ...]) -> dict:
+    """params.json's fields but vocab_size: the backbone's, the audio model's (37 codebooks:
+    semantic, then 36 of 21 FSQ levels; 12.5 frames/s at 24 kHz) and the codec's."""
+    return {
+        **backbone, "norm_eps": 1e-5, "rope_theta": 1000000.0, "tied_embeddings": True,
+        "audio_model_args": {
+            "semantic_codebook_size": semantic_codebook_size, "acoustic_codebook_size": 21,
+            "n_acoustic_codebook": 36, "audio_token_id": 24, "begin_audio_token_id": 25,
+            "input_embedding_concat_type": "sum",
+            "audio_encoding_args": {"sampling_rate": 24000, "frame_rate": 12.5, "num_codebooks": 37,
+                                    "codebook_pattern": "parallel"},
+            "acoustic_transformer_args": {"input_dim": backbone["dim"], "dim": backbone["dim"], "n_layers": 3,
+                                          **acoustic, "use_biases": False, "norm_eps": 1e-5,
+                                          "n_decoding_steps": 7, "sigma": 1e-5}},
+        "audio_tokenizer_args": {
+            **codec, "semantic_codebook_size": semantic_codebook_size, "acoustic_codebook_size": 21,
+            "acoustic_dim": 36, "norm_eps": 0.01, "layer_scale_init": 0.01,
+            "voice": {name: k for k, name in enumerate(voices)}},
+    }
+
+
+TINY = params_shape(
     # Head width 32: the smallest vLLM's CPU attention takes.
-    "dim": 64, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1, "head_dim": 32, "hidden_dim": 128,
-    "norm_eps": 1e-5, "rope_theta": 1000000.0, "tied_embeddings": True, "max_seq_len": 4096,
-    "audio_model_args": {
-        "semantic_codebook_size": 64, "acoustic_codebook_size": 21, "n_acoustic_codebook": 36,
-        "audio_token_id": 24, "begin_audio_token_id": 25, "input_embedding_concat_type": "sum",
-        "audio_encoding_args": {"sampling_rate": 24000, "frame_rate": 12.5, "num_codebooks": 37,
-                                "codebook_pattern": "parallel"},
-        "acoustic_transformer_args": {"input_dim": 64, "dim": 64, "n_layers": 3, "head_dim": 16,
-                                      "hidden_dim": 128, "n_heads": 4, "n_kv_heads": 2, "use_biases": False,
-                                      "norm_eps": 1e-5, "n_decoding_steps": 7, "sigma": 1e-5}},
-    "audio_tokenizer_args": {
-        "dim": 64, "hidden_dim": 128, "head_dim": 16, "n_heads": 4, "n_kv_heads": 2,
-        "semantic_codebook_size": 64, "semantic_dim": 16, "acoustic_codebook_size": 21, "acoustic_dim": 36,
-        "norm_eps": 0.01, "layer_scale_init": 0.01, "voice": {"casual_male": 0, "neutral_female": 1}},
-}
+    {"dim": 64, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1, "head_dim": 32, "hidden_dim": 128, "max_seq_len": 4096},
+    {"head_dim": 16, "hidden_dim": 128, "n_heads": 4, "n_kv_heads": 2},
+    {"dim": 64, "hidden_dim": 128, "head_dim": 16, "n_heads": 4, "n_kv_heads": 2, "semantic_dim": 16},
+    64, ("casual_male", "neutral_female"))
 VOICE_TOKENS = {"casual_male": 6, "neutral_female": 4}
 
 # INFERRED: Ministral 3B's published shape; the acoustic transformer as wide as the backbone
 # (required), its heads as the backbone's; the codec at vLLM-Omni's AudioTokenizerArgs
 # defaults; the voices' lengths about 8 s of reference audio at 12.5 frames/s.
-RELEASED = {
-    "dim": 3072, "n_layers": 26, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "hidden_dim": 9216,
-    "norm_eps": 1e-5, "rope_theta": 1000000.0, "tied_embeddings": True, "max_seq_len": 65536,
-    "audio_model_args": {
-        "semantic_codebook_size": 8192, "acoustic_codebook_size": 21, "n_acoustic_codebook": 36,
-        "audio_token_id": 24, "begin_audio_token_id": 25, "input_embedding_concat_type": "sum",
-        "audio_encoding_args": {"sampling_rate": 24000, "frame_rate": 12.5, "num_codebooks": 37,
-                                "codebook_pattern": "parallel"},
-        "acoustic_transformer_args": {"input_dim": 3072, "dim": 3072, "n_layers": 3, "head_dim": 128,
-                                      "hidden_dim": 9216, "n_heads": 32, "n_kv_heads": 8, "use_biases": False,
-                                      "norm_eps": 1e-5, "n_decoding_steps": 7, "sigma": 1e-5}},
-    "audio_tokenizer_args": {
-        "dim": 1024, "hidden_dim": 4096, "head_dim": 128, "n_heads": 8, "n_kv_heads": 8,
-        "semantic_codebook_size": 8192, "semantic_dim": 256, "acoustic_codebook_size": 21, "acoustic_dim": 36,
-        "norm_eps": 0.01, "layer_scale_init": 0.01,
-        "voice": {"casual_male": 0, "neutral_female": 1, "cheerful_female": 2, "neutral_male": 3}},
-}
+RELEASED = params_shape(
+    {"dim": 3072, "n_layers": 26, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "hidden_dim": 9216,
+     "max_seq_len": 65536},
+    {"head_dim": 128, "hidden_dim": 9216, "n_heads": 32, "n_kv_heads": 8},
+    {"dim": 1024, "hidden_dim": 4096, "head_dim": 128, "n_heads": 8, "n_kv_heads": 8, "semantic_dim": 256},
+    8192, ("casual_male", "neutral_female", "cheerful_female", "neutral_male"))
 RELEASED_VOICE_TOKENS = {"casual_male": 100, "neutral_female": 96, "cheerful_female": 104, "neutral_male": 92}
 SIZES = {"tiny": (TINY, VOICE_TOKENS, dict(num_special=100)),
          "released": (RELEASED, RELEASED_VOICE_TOKENS, dict(num_special=1000, vocab_size=131072))}
