@@ -206,6 +206,29 @@ def read_tensors(path: Path, prefix: str, strip: bool = True) -> dict:
         raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
 
 
+def safetensors_files(root: Path, what: str, single: str = "model.safetensors",
+                      index: str = "model.safetensors.index.json") -> tuple[Path, ...]:
+    """A Hugging Face checkpoint's weights: `single`, or the shards the `index` file's
+    weight_map names (each must be a file in `root`)."""
+    if (root / single).is_file():
+        return (root / single,)
+    index_path = root / index
+    if not index_path.is_file():
+        raise CheckpointError(f"{root / single}: missing from the {what} checkpoint (and no {index} naming shards)")
+    fields = ConfigFields(read_json(index_path), index_path)
+    weight_map = fields.object("weight_map").data
+    shards = sorted({v for v in weight_map.values() if isinstance(v, str)})
+    if not shards or len(shards) != len(set(weight_map.values())):
+        fields.fail("weight_map", "must map tensor names to shard file names")
+    files = []
+    for shard in shards:
+        path = (root / shard).resolve()
+        if path.parent != root or not path.is_file():
+            raise CheckpointError(f"{root / shard}: shard named by {index} is missing")
+        files.append(path)
+    return tuple(files)
+
+
 def weight_names(path: Path) -> frozenset[str]:
     from safetensors import safe_open
 

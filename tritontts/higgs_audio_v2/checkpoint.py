@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checkpoint import (CheckpointError, ConfigFields, read_json, require_dir, require_files,
+from ..checkpoint import (CheckpointError, ConfigFields, read_json, require_dir, require_files, safetensors_files,
                           require_json_objects, weight_names)
 
 CONFIG_FILE = "config.json"
@@ -242,28 +242,6 @@ class HiggsAudioV2Checkpoint:
         return self.root / CODEC_DIR
 
 
-def _weight_files(root: Path) -> tuple[Path, ...]:
-    """model.safetensors, or the shards model.safetensors.index.json names."""
-    if (root / WEIGHTS_FILE).is_file():
-        return (root / WEIGHTS_FILE,)
-    index_path = root / WEIGHTS_INDEX_FILE
-    if not index_path.is_file():
-        raise CheckpointError(f"{root / WEIGHTS_FILE}: missing from the {WHAT} checkpoint "
-                              f"(and no {WEIGHTS_INDEX_FILE} naming shards)")
-    index = ConfigFields(read_json(index_path), index_path)
-    weight_map = index.object("weight_map").data
-    shards = sorted({v for v in weight_map.values() if isinstance(v, str)})
-    if not shards or len(shards) != len(set(weight_map.values())):
-        index.fail("weight_map", "must map tensor names to shard file names")
-    files = []
-    for shard in shards:
-        path = (root / shard).resolve()
-        if path.parent != root or not path.is_file():
-            raise CheckpointError(f"{root / shard}: shard named by {WEIGHTS_INDEX_FILE} is missing")
-        files.append(path)
-    return tuple(files)
-
-
 def required_weights(cfg: HiggsAudioV2Config) -> list[str]:
     names = ["model.embed_tokens.weight", "model.norm.weight", AUDIO_EMBEDDINGS, AUDIO_HEAD]
     names += [f"model.layers.{i}.{t}" for i in range(cfg.num_hidden_layers) for t in LAYER_TENSORS]
@@ -280,7 +258,7 @@ def open_checkpoint(root: str | Path) -> HiggsAudioV2Checkpoint:
     require_json_objects(root / CODEC_DIR, ("config.json",))
     if not any((root / CODEC_DIR / name).is_file() for name in CODEC_WEIGHTS):
         raise CheckpointError(f"{root / CODEC_DIR}: no codec weights ({' or '.join(CODEC_WEIGHTS)})")
-    files = _weight_files(root)
+    files = safetensors_files(root, WHAT, WEIGHTS_FILE, WEIGHTS_INDEX_FILE)
     names = frozenset(canonical_name(n) for path in files for n in weight_names(path))
     missing = [n for n in required_weights(config) if n not in names]
     if missing:

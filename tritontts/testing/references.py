@@ -215,7 +215,8 @@ def voxtral_reference_talker(checkpoint, reorder: bool = True):
     from transformers.models.mistral.modeling_mistral import MistralRotaryEmbedding
 
     from ..voxtral_tts.checkpoint import PARAMS_FILE, WEIGHTS_FILE
-    from ..voxtral_tts.talker import TEXT_EMBEDDINGS, rotate_half_rows
+    from ..llama_format import rotate_half_rows
+    from ..voxtral_tts.talker import TEXT_EMBEDDINGS
 
     b = checkpoint.config.backbone
     config = MistralConfig(hidden_size=b.dim, intermediate_size=b.hidden_dim, num_hidden_layers=b.n_layers,

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..checkpoint import ConfigFields
-from .codec import FeedForward
+from ..llama_format import Block
 
 EMPTY_AUDIO, END_AUDIO = 0, 1
 SPECIAL_CODES = 2
@@ -122,22 +122,6 @@ class Attention(nn.Module):
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         out = F.scaled_dot_product_attention(q, k, v)
         return self.wo(out.transpose(1, 2).reshape(b, n, -1))
-
-
-class Block(nn.Module):
-    """A pre-norm residual block under Mistral's names (the acoustic transformer's and the
-    backbone's; they differ in their attention)."""
-
-    def __init__(self, attention: nn.Module, dim: int, hidden_dim: int, eps: float) -> None:
-        super().__init__()
-        self.attention = attention
-        self.feed_forward = FeedForward(dim, hidden_dim)
-        self.attention_norm = nn.RMSNorm(dim, eps=eps)
-        self.ffn_norm = nn.RMSNorm(dim, eps=eps)
-
-    def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attention(self.attention_norm(x))
-        return x + self.feed_forward(self.ffn_norm(x))
 
 
 class TimeEmbedding(nn.Module):

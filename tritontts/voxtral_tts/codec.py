@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..checkpoint import ConfigFields, load_strict
+from ..llama_format import FeedForward
 
 PREFIX = "audio_tokenizer."
 
@@ -236,17 +237,6 @@ class WindowAttention(nn.Module):
         bias = bias.masked_fill((offset > 0) | (offset < -self.window), float("-inf"))
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias[None])
         return self.wo(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
-
-
-class FeedForward(nn.Module):
-    def __init__(self, dim: int, hidden: int) -> None:
-        super().__init__()
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
-        self.w3 = nn.Linear(dim, hidden, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
 class Block(nn.Module):

@@ -5,7 +5,7 @@ reference modules and the served engine).
   backbone      layers.N.attention.{wq,wk,wv,wo} (GQA), feed_forward.{w1,w2,w3} (SwiGLU),
                 attention_norm / ffn_norm / norm (RMSNorm); RoPE on interleaved pairs
                 (x0, x1), (x2, x3), ... as Mistral-format weights expect (vLLM's kernels
-                rotate halves: `rotate_half_rows` reorders wq/wk rows for them)
+                rotate halves: tritontts.llama_format.rotate_half_rows reorders wq/wk rows)
   embeddings    text: mm_audio_embeddings.tok_embeddings; a frame of 37 codes: the sum of
                 its codes' rows of one table (mm_audio_embeddings.audio_codebook_embeddings
                 .embeddings), codebook k offset by the sizes of the codebooks before it
@@ -24,31 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .acoustic import END_AUDIO, AcousticConfig, AcousticTransformer, Block
+from ..llama_format import Block, interleaved_rope
+from .acoustic import END_AUDIO, AcousticConfig, AcousticTransformer
 from .checkpoint import BackboneConfig, VoxtralTTSConfig
 
 TEXT_EMBEDDINGS = "mm_audio_embeddings.tok_embeddings.weight"
 CODEBOOK_EMBEDDINGS = "mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight"
-
-
-def interleaved_rope(x: Tensor, positions: Tensor, theta: float) -> Tensor:
-    """x [..., T, heads, head_dim] rotated pairwise (2i, 2i + 1) by position x theta^(-2i/d)."""
-    d = x.shape[-1]
-    freqs = theta ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
-    angles = positions.float()[:, None] * freqs                      # [T, d/2]
-    cos, sin = angles.cos()[:, None], angles.sin()[:, None]          # [T, 1, d/2]
-    pairs = x.float().unflatten(-1, (d // 2, 2))
-    even, odd = pairs[..., 0], pairs[..., 1]
-    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
-    return rotated.flatten(-2).to(x.dtype)
-
-
-def rotate_half_rows(weight: Tensor, heads: int) -> Tensor:
-    """wq / wk rows reordered per head from interleaved pairs to halves ((x0, x2, ...), then
-    (x1, x3, ...)): the same attention with RoPE that rotates halves (vLLM's, transformers')."""
-    out_dim, dim = weight.shape
-    head_dim = out_dim // heads
-    return weight.view(heads, head_dim // 2, 2, dim).transpose(1, 2).reshape(out_dim, dim)
 
 
 class Attention(nn.Module):

@@ -2,7 +2,7 @@
 
 vLLM runs the Ministral backbone as its own Llama (paged attention, continuous batching): the
 checkpoint's Mistral names are mapped to it on load, wq / wk rows reordered for its
-rotate-half RoPE (tritontts.voxtral_tts.talker.rotate_half_rows). Per request, through
+rotate-half RoPE (tritontts.llama_format.rotate_half_rows). Per request, through
 tritontts.vllm_frames (the RowTracker maps rows to streams; the engine runs in the stage's
 process):
 
@@ -30,7 +30,8 @@ from torch import Tensor, nn
 from ..checkpoint import engine_folder
 from .acoustic import END_AUDIO, AcousticTransformer
 from .checkpoint import PARAMS_FILE, WEIGHTS_FILE, VoxtralTTSCheckpoint, parse_params
-from .talker import CODEBOOK_EMBEDDINGS, TEXT_EMBEDDINGS, FrameEmbeddings, place_voice, rotate_half_rows
+from ..llama_format import rotate_half_rows
+from .talker import CODEBOOK_EMBEDDINGS, TEXT_EMBEDDINGS, FrameEmbeddings, place_voice
 
 ARCHITECTURE = "VoxtralTTSTalkerForVllm"
 MODEL_CLASS = f"{__name__}:{ARCHITECTURE}"
