@@ -76,8 +76,10 @@ if [ "$LEVEL" = full ] && [ "$HAVE" != "$WANT full" ]; then
   # vllm-omni registers a vLLM plugin that breaks stock vLLM, and both want torchaudio.
   rm -rf "$VENV/reference" && mkdir -p "$VENV/reference"
   tmp=$(mktemp -d)
+  # mizuoto-fishspeech (an op-by-op port of Fish Speech S2; Fish research licence + GPL-3.0)
+  # is a test-time reference only: nothing we serve imports it.
   "${PIP[@]}" download -q --no-deps -d "$tmp" vllm-omni==0.30.0 s3tokenizer==0.3.0 qwen-tts-compat==0.1.1.post1 \
-    omnivoice==0.2.1 voxcpm==2.0.3
+    omnivoice==0.2.1 voxcpm==2.0.3 mizuoto-fishspeech==0.2.3 mizuoto==0.2.16
   for wheel in "$tmp"/*.whl; do "$VENV/bin/python" -m zipfile -e "$wheel" "$VENV/reference" >/dev/null; done
   rm -rf "$VENV/reference"/*.dist-info "$tmp"
   "$VENV/bin/python" -c 'import site, sys; open(site.getsitepackages()[0] + "/tritontts-reference.pth", "w").write(sys.argv[1] + "\n")' "$VENV/reference"

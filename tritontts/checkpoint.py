@@ -80,8 +80,8 @@ def load_strict(module, state_dict, what: str) -> None:
     module.load_state_dict(dict(state_dict), strict=True)
 
 
-def read_torch_state_dict(path: Path, what: str) -> dict:
-    """A torch.save'd dict of tensors by name. weights_only=True unpickles tensors and plain
+def read_torch_checkpoint(path: Path, what: str):
+    """A torch.save'd file's contents. weights_only=True unpickles tensors and plain
     containers only, so a crafted file fails here instead of running code; errors name the
     file and say it is `what`."""
     import torch
@@ -90,11 +90,18 @@ def read_torch_state_dict(path: Path, what: str) -> dict:
     if not path.is_file():
         raise CheckpointError(f"{path}: {what} not found")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure is a bad file
         first_line = (str(exc).strip().splitlines() or [""])[0]
         raise CheckpointError(f"{path}: {what} is not a loadable torch state dict "
                               f"({type(exc).__name__}: {first_line})") from None
+
+
+def read_torch_state_dict(path: Path, what: str) -> dict:
+    """A torch.save'd dict of tensors by name (read_torch_checkpoint), checked."""
+    import torch
+
+    state = read_torch_checkpoint(path, what)
     if not isinstance(state, dict) or not state or not all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         raise CheckpointError(f"{path}: {what} should be a non-empty dict of tensors by name, "
