@@ -69,6 +69,8 @@ GPU_STAGES: dict[str, GpuStage] = {
     # Stateless (left context), batched by window length; PyTorch on the card.
     "voxcpm2_audio_vae": GpuStage(count=2, max_batch_size=16),
     "voxtral_tts_codec": GpuStage(count=2, max_batch_size=16),
+    # Stateless (left context and absolute positions), batched by window length and start.
+    "fish_s2_pro_codec": GpuStage(count=2, max_batch_size=16),
     # The piper stage picks its onnxruntime providers itself (tritontts/piper/vits.py): on
     # a GPU instance it gains only once that code asks for the CUDA provider.
     "piper_vits": GpuStage(count=2, max_batch_size=16),
@@ -96,6 +98,8 @@ CPU_STAGES: dict[str, str] = {
     "voxcpm2_prompt": ("per request it only tokenizes text; its AudioVAE encoder runs once "
                        "per new reference, whose patches are cached by content"),
     "voxtral_tts_prompt": "it only tokenizes text (mistral-common)",
+    "fish_s2_pro_prompt": ("per request it only tokenizes text; its codec encoder runs once "
+                           "per new reference, whose codes are cached by content"),
 }
 
 # GPU stages that must stay one instance on the first listed GPU, and why.
@@ -133,18 +137,20 @@ TALKER_BUDGET = 0.8
 TALKERS: dict[str, Talker] = {
     # A stock Qwen2 decoder (its logits processor runs after the forward): CUDA graphs
     # can capture the forward.
-    # 0.1 since Voxtral TTS came: its 0.5 B weights are 1 GB, the rest of 8 GB is KV cache.
-    "cosyvoice3_talker": Talker(share=0.1),
+    # 0.1 since Voxtral TTS came, 0.07 since Fish Speech S2 Pro: its 0.5 B weights are 1 GB,
+    # the rest of 5.6 GB is KV cache.
+    "cosyvoice3_talker": Talker(share=0.07),
     # Stays eager: its forward runs per-row Python every step (tritontts/vllm_frames.py
     # reads which request each row is, builds frame embeddings, runs the code predictor),
     # which a captured CUDA graph would replay without running.
-    # 0.2 since VoxCPM2 came, 0.15 since Voxtral TTS (1.7 B: 3.4 GB of bf16 weights, the
-    # rest of 12 GB KV cache).
-    "qwen3_tts_talker": Talker(share=0.15, cuda_graphs=False),
+    # 0.2 since VoxCPM2 came, 0.15 since Voxtral TTS, 0.1 since Fish Speech S2 Pro (1.7 B:
+    # 3.4 GB of bf16 weights, the rest of 8 GB KV cache).
+    "qwen3_tts_talker": Talker(share=0.1, cuda_graphs=False),
     # The same per-row Python (it samples the 8 codebooks inside compute_logits). DualFFN
     # makes the "3B" 5.8 B parameters: 11.5 GB of bf16 weights, the rest of its share KV
-    # cache (28 layers x 8 KV heads x 128: 112 KiB per token in bf16).
-    "higgs_audio_v2_talker": Talker(share=0.2, cuda_graphs=False),
+    # cache (28 layers x 8 KV heads x 128: 112 KiB per token in bf16). 0.17 since Fish
+    # Speech S2 Pro: 2.1 GB of KV cache, 19 000 tokens.
+    "higgs_audio_v2_talker": Talker(share=0.17, cuda_graphs=False),
     # A stock Llama with the RAS logits processor, like CosyVoice3's: CUDA graphs capture
     # the forward. 1.9 B parameters: 3.8 GB of bf16 weights, the rest KV cache (28 layers x
     # 4 KV heads x 128: 56 KiB per token in bf16). CosyVoice3's 0.5 B talker gave up 0.1
@@ -156,9 +162,15 @@ TALKERS: dict[str, Talker] = {
     # heads x 128: 36 KiB per token in bf16). Qwen3-TTS's talker gave up 0.1 for it.
     "voxcpm2_talker": Talker(share=0.1, cuda_graphs=False),
     # Eager (the acoustic transformer runs per row in compute_logits). The 3.4 B backbone and
-    # its acoustic transformer: about 8 GB of bf16 weights, so 0.15 (12 GB of 80) leaves
-    # 4 GB of KV cache (26 layers x 8 KV heads x 128: 104 KiB per token, 40 000 tokens).
-    "voxtral_tts_talker": Talker(share=0.15, cuda_graphs=False),
+    # its acoustic transformer: about 8 GB of bf16 weights, so 0.12 (9.6 GB of 80, since Fish
+    # Speech S2 Pro; 0.15 before) leaves 1.6 GB of KV cache (26 layers x 8 KV heads x 128:
+    # 104 KiB per token, 16 000 tokens).
+    "voxtral_tts_talker": Talker(share=0.12, cuda_graphs=False),
+    # Eager (the main-token draw and the fast AR run per row in compute_logits). 4.6 B
+    # parameters (the 36-layer slow AR with its 155776-row table, the 4-layer fast AR, the
+    # codebook tables): 9.1 GB of bf16 weights, so 0.14 (11.2 GB) leaves 2 GB of KV cache
+    # (36 layers x 8 KV heads x 128: 144 KiB per token, 14 000 tokens).
+    "fish_s2_pro_talker": Talker(share=0.14, cuda_graphs=False),
 }
 
 

@@ -188,3 +188,77 @@ class FrameTalker:
 
     def _frame_dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
+
+
+class LogitsFrameTalker:
+    """Mixed into a vLLM model whose frame is made in compute_logits (Voxtral TTS, Fish
+    Speech): the backbone's last hidden state of a row gives that row's whole frame there,
+    and the logits allow exactly one token (the frame's), so vLLM's greedy sampler and stop
+    rule follow the frame. A stream has `prompt_length`, `frames` (published as made) and a
+    `prompt_embeds` slot (filled on first use). The family supplies:
+
+      stream_prompt_embeds(stream, device) -> [T, H]     its prompt's input embeddings
+      frame_embeds(frame [C]) -> [H]                      the input of the position after it
+      make_frames(hidden [n, H], streams) -> [n, C]       the frames, batched over the rows
+      frame_token(frame [C]) -> int                       the token the frame stands for
+
+    and its backbone as `self.model` (vLLM's, taking input embeddings) with
+    `embed_input_ids`. Listed before nn.Module among the bases (its forward is this one).
+    """
+
+    vocab_size: int
+    _logit_rows: list[tuple[int, str, int]]          # (row, stream key, frame index)
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        with torch.no_grad():
+            embeds = self.frame_inputs(self.embed_input_ids(input_ids), positions)
+        return self.model(None, positions, intermediate_tensors, embeds)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.frame_logits(hidden_states)
+
+    def frame_inputs(self, token_embeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Every flattened position's input: token_embeds (the ids' plain embeddings) with the
+        frame rows' prompt and generated positions replaced; notes the rows whose logits
+        are a real step (not a partial prefill)."""
+        embeds = token_embeds
+        self._logit_rows = []
+        for row, (key, start, end) in enumerate(batch_rows()):
+            stream = None if key is None or end <= start else lookup(key)
+            if stream is None:
+                continue
+            t = stream.prompt_length
+            if stream.prompt_embeds is None:
+                stream.prompt_embeds = self.stream_prompt_embeds(stream, embeds.device)
+            pos = positions[start:end]
+            in_prompt = pos < t
+            if bool(in_prompt.any()):
+                index = torch.arange(start, end, device=pos.device)[in_prompt]
+                embeds[index] = stream.prompt_embeds[pos[in_prompt]].to(embeds.dtype)
+            for offset in (~in_prompt).nonzero()[:, 0].tolist():     # T + g: frame g's input
+                i = start + offset
+                embeds[i] = self.frame_embeds(stream.frames[int(positions[i]) - t].to(embeds.device))
+            last = int(pos[-1])
+            if last >= t - 1:
+                self._logit_rows.append((row, key, last - t + 1))
+        return embeds
+
+    def frame_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Frames for the rows that have none yet for this step (reused after a preemption),
+        published on their streams; logits with one finite entry per frame row."""
+        logits = torch.zeros(hidden_states.shape[0], self.vocab_size, device=hidden_states.device)
+        todo = [(row, stream, g) for row, key, g in self._logit_rows
+                if row < hidden_states.shape[0] and (stream := lookup(key)) is not None]
+        fresh = [(row, stream, g) for row, stream, g in todo if g >= len(stream.frames)]
+        if fresh:
+            for _, stream, g in fresh:
+                if g != len(stream.frames):
+                    raise RuntimeError(f"frame {g} asked for with {len(stream.frames)} made")
+            with torch.no_grad():
+                frames = self.make_frames(hidden_states[[row for row, _, _ in fresh]], [s for _, s, _ in fresh])
+            for (_, stream, _), frame in zip(fresh, frames):
+                stream.frames.append(frame.cpu())      # published: the stage reads it
+        for row, stream, g in todo:
+            logits[row] = float("-inf")
+            logits[row, self.frame_token(stream.frames[g])] = 0.0
+        return logits

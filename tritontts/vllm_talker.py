@@ -217,3 +217,66 @@ def chunk_sizes(chunk_frames: int = 25, initial_chunk_frames: int = 0,
     while True:
         yield size
         size = min(chunk_frames, size * growth) if growth else chunk_frames
+
+
+class FrameChunkTalkerStage(VllmTalkerStage):
+    """An in-process frame talker (tritontts.vllm_frames.LogitsFrameTalker) whose frames go
+    to a stateless codec stage in chunks: first_frames, then frames each (model.json's
+    "chunks"), each after up to left_context_frames earlier frames. The family says which
+    frame ends the stream (`is_end`: not audio, and only ever the last) and what codes a
+    window of frames sends (`window_codes`); `positioned` also sends the window's first
+    frame (a codec whose positions are absolute)."""
+
+    in_process = True
+    positioned = False
+
+    def __init__(self, context: StageContext, default_left_context: int | None = None):
+        super().__init__(context)
+        chunks = self.settings["chunks"]
+        self.chunk_frames, self.first_chunk_frames = int(chunks["frames"]), int(chunks["first_frames"])
+        self.left_context_frames = int(chunks.get("left_context_frames") or default_left_context or 0)
+
+    def is_end(self, frame) -> bool:
+        raise NotImplementedError
+
+    def window_codes(self, frames):
+        """Frames [n, C] (a tensor) -> the codec's codes for them (a numpy array [n, width])."""
+        raise NotImplementedError
+
+    async def frame_chunks(self, prompt_ids: list[int], params, key: str, frames: list, max_frames: int,
+                           cancelled: Callable[[], bool]) -> AsyncIterator[dict[str, Any]]:
+        """Generate, and yield each chunk as soon as its frames are made (`frames` is the
+        stream's list the model appends to)."""
+        from .stage import InvalidRequest
+
+        sizes = chunk_sizes(self.chunk_frames, self.first_chunk_frames)
+        sent, size = 0, next(sizes)
+        async for _ in self.generate(prompt_ids, params, key, cancelled):
+            audio = self.audio_frames(frames, max_frames)
+            while audio >= sent + size:
+                yield self.chunk(frames, sent, sent + size, final=False)
+                sent, size = sent + size, next(sizes)
+        audio = self.audio_frames(frames, max_frames)
+        if audio == 0:
+            raise InvalidRequest("the model ended before speaking (its first frame was the end): try another seed")
+        yield self.chunk(frames, sent, audio, final=True)
+
+    def audio_frames(self, frames: list, limit: int) -> int:
+        """Frames that are audio, at most `limit`: all but an end frame, which can only be
+        the last (the engine stops at it)."""
+        ended = bool(frames) and self.is_end(frames[-1])
+        return min(len(frames) - ended, limit)
+
+    def chunk(self, frames: list, start: int, end: int, final: bool) -> dict[str, Any]:
+        import numpy as np
+        import torch
+
+        from .stage import IS_FINAL
+
+        first = max(0, start - self.left_context_frames)
+        position = {"first_frame": first} if self.positioned else {}
+        if end <= first:      # ended on a chunk boundary: nothing new to voice
+            codes = self.window_codes(torch.stack(frames[:1]))
+            return {"codes": np.zeros_like(codes), "left_context": 1, **position, IS_FINAL: final}
+        return {"codes": self.window_codes(torch.stack(frames[first:end])), "left_context": start - first,
+                **position, IS_FINAL: final}

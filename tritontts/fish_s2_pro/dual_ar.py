@@ -156,6 +156,37 @@ class FrameSampler:
         return draw(filtered_probs(logits, temperature, top_p), self.generator)
 
 
+def position_inputs(token_embeds: Tensor, tokens: Tensor, codes: Tensor, fast: "FastTransformer",
+                    config: FishConfig) -> Tensor:
+    """The slow AR's inputs [..., D] from the main tokens' embeddings [..., D], the tokens
+    [...] and their codes [..., K] (any values where the token is not semantic)."""
+    semantic = ((tokens >= config.semantic_begin_id) & (tokens <= config.semantic_end_id))[..., None]
+    offsets = torch.arange(config.num_codebooks, device=codes.device) * config.codebook_size
+    rows = (codes.clamp(0, config.codebook_size - 1) + offsets).masked_fill(~semantic, 0)
+    summed = fast.codebook_embeddings(rows).sum(dim=-2)
+    return torch.where(semantic, (token_embeds + summed) / math.sqrt(config.num_codebooks + 1), token_embeds)
+
+
+def decode_frames(fast: "FastTransformer", config: FishConfig, hidden: Tensor, logits: Tensor,
+                  samplers: list[FrameSampler]) -> Tensor:
+    """Final-normed hidden [B, D] of each row's last position and its restricted main logits
+    [B, V] -> frames [B, 1 + K]: the main token, then its K codes (code 0 from the main token,
+    codes 1.. from the fast AR batched over the rows, each row drawing from its own sampler)."""
+    c = config
+    main = [s.main(logits[b], c) for b, s in enumerate(samplers)]
+    frame = torch.zeros(len(samplers), 1 + c.num_codebooks, dtype=torch.long)
+    frame[:, 0] = torch.tensor(main)
+    frame[:, 1] = (frame[:, 0] - c.semantic_begin_id).clamp(0, c.codebook_size - 1)
+    cache = KVCache(len(fast.layers))
+    fast(hidden[:, None], torch.tensor([0]), cache)          # position 0: its output unused
+    x = fast.embeddings(frame[:, 1].to(hidden.device))[:, None]
+    for i in range(1, c.num_codebooks):
+        code_logits = fast.output(fast(x, torch.tensor([i]), cache)[:, 0])
+        frame[:, 1 + i] = torch.tensor([s.code(code_logits[b]) for b, s in enumerate(samplers)])
+        x = fast.embeddings(frame[:, 1 + i].to(hidden.device))[:, None]
+    return frame
+
+
 class FishDualAR(nn.Module):
     """load_state_dict takes the checkpoint's text_model.model.* and audio_decoder.* tensors."""
 
@@ -170,22 +201,14 @@ class FishDualAR(nn.Module):
         allowed[config.semantic_begin_id:config.semantic_end_id + 1] = 0.0
         allowed[config.im_end_id] = 0.0
         self.register_buffer("allowed", allowed, persistent=False)
-        offsets = torch.arange(config.num_codebooks) * config.codebook_size
-        self.register_buffer("codebook_offsets", offsets, persistent=False)
 
     @property
     def slow(self) -> Transformer:
         return self.text_model.model
 
     def embed(self, tokens: Tensor, codes: Tensor) -> Tensor:
-        """Main tokens [B, T] and their codes [B, T, num_codebooks] (any values where the
-        token is not semantic) -> the slow AR's inputs [B, T, D]."""
-        c = self.config
-        x = self.slow.embeddings(tokens)
-        semantic = ((tokens >= c.semantic_begin_id) & (tokens <= c.semantic_end_id))[..., None]
-        rows = (codes.clamp(0, c.codebook_size - 1) + self.codebook_offsets).masked_fill(~semantic, 0)
-        summed = self.audio_decoder.codebook_embeddings(rows).sum(dim=-2)
-        return torch.where(semantic, (x + summed) / math.sqrt(c.num_codebooks + 1), x)
+        """Main tokens [B, T] and their codes [B, T, K] -> the slow AR's inputs [B, T, D]."""
+        return position_inputs(self.slow.embeddings(tokens), tokens, codes, self.audio_decoder, self.config)
 
     def main_logits(self, hidden: Tensor) -> Tensor:
         """Final-normed hidden [..., D] -> logits over the allowed tokens [..., V] (-inf elsewhere)."""
@@ -196,23 +219,7 @@ class FishDualAR(nn.Module):
         return logits + self.allowed
 
     def frame(self, hidden: Tensor, samplers: list[FrameSampler]) -> Tensor:
-        """Final-normed hidden [B, D] of each row's last position -> frames [B, 1 + K]: the
-        main token, then its K codes (code 0 from the main token, codes 1.. from the fast AR,
-        batched, each row drawing from its own sampler)."""
-        c, fast = self.config, self.audio_decoder
-        logits = self.main_logits(hidden)
-        main = [s.main(logits[b], c) for b, s in enumerate(samplers)]
-        frame = torch.zeros(len(samplers), 1 + c.num_codebooks, dtype=torch.long)
-        frame[:, 0] = torch.tensor(main)
-        frame[:, 1] = (frame[:, 0] - c.semantic_begin_id).clamp(0, c.codebook_size - 1)
-        cache = KVCache(len(fast.layers))
-        fast(hidden[:, None], torch.tensor([0]), cache)          # position 0: its output unused
-        x = fast.embeddings(frame[:, 1].to(hidden.device))[:, None]
-        for i in range(1, c.num_codebooks):
-            code_logits = fast.output(fast(x, torch.tensor([i]), cache)[:, 0])
-            frame[:, 1 + i] = torch.tensor([s.code(code_logits[b]) for b, s in enumerate(samplers)])
-            x = fast.embeddings(frame[:, 1 + i].to(hidden.device))[:, None]
-        return frame
+        return decode_frames(self.audio_decoder, self.config, hidden, self.main_logits(hidden), samplers)
 
     @torch.no_grad()
     def generate(self, tokens: Tensor, codes: Tensor, sampler: FrameSampler, max_frames: int) -> Tensor:

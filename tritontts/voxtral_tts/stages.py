@@ -20,9 +20,8 @@ import torch
 
 from .. import sampling
 from ..sampling import SAMPLING
-from ..stage import (IS_FINAL, STREAM_ID, Inputs, InvalidRequest, Stage, StageContext, WindowDecoderStage,
-                     begin_request)
-from ..vllm_talker import VllmTalkerStage, chunk_sizes
+from ..stage import STREAM_ID, Inputs, InvalidRequest, Stage, StageContext, WindowDecoderStage, begin_request
+from ..vllm_talker import FrameChunkTalkerStage
 from .acoustic import END_AUDIO, SPECIAL_CODES
 from .checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, VoxtralTTSCheckpoint, open_checkpoint
 from .family import FAMILY
@@ -66,11 +65,9 @@ class VoxtralTTSPromptStage(Stage):
                 SAMPLING: sampling.encode(start.params.sampling), STREAM_ID: start.stream_id}
 
 
-class VoxtralTTSTalkerStage(VllmTalkerStage):
+class VoxtralTTSTalkerStage(FrameChunkTalkerStage):
     """Frames from the vLLM talker, sent as chunks of codec codes (0-based) after up to
     left_context_frames earlier ones; the END_AUDIO frame ends the stream and is not audio."""
-
-    in_process = True
 
     def __init__(self, context: StageContext, checkpoint: VoxtralTTSCheckpoint | None = None):
         from .vllm_model import prepare_vllm_talker, register
@@ -78,14 +75,17 @@ class VoxtralTTSTalkerStage(VllmTalkerStage):
         self.checkpoint = checkpoint or served_checkpoint(context)
         self.talker_dir = prepare_vllm_talker(self.checkpoint)
         register()
-        super().__init__(context)
-        chunks = self.settings["chunks"]
-        self.chunk_frames, self.first_chunk_frames = int(chunks["frames"]), int(chunks["first_frames"])
-        self.left_context_frames = int(chunks.get("left_context_frames") or self.checkpoint.config.codec.context_frames())
+        super().__init__(context, self.checkpoint.config.codec.context_frames())
         self.voices = {v: self.checkpoint.voice_embedding(v) for v in self.checkpoint.config.voices}
 
     def model_path(self) -> str:
         return str(self.talker_dir)
+
+    def is_end(self, frame) -> bool:
+        return int(frame[0]) == END_AUDIO
+
+    def window_codes(self, frames):
+        return (frames - SPECIAL_CODES).numpy().astype(np.int32)
 
     async def run(self, inputs: Inputs) -> AsyncIterator[dict[str, Any]]:
         from vllm import SamplingParams
@@ -111,35 +111,11 @@ class VoxtralTTSTalkerStage(VllmTalkerStage):
         params = SamplingParams(temperature=0.0, max_tokens=max_frames + 1, stop_token_ids=[EOS],
                                 detokenize=False, extra_args={FRAMES_ARG: key})
         try:
-            sizes = chunk_sizes(self.chunk_frames, self.first_chunk_frames)
-            sent, size = 0, next(sizes)
-            frames = stream.frames      # the model appends as it makes them
-            async for _ in self.generate(ids.tolist(), params, key, inputs.cancelled):
-                audio = self.audio_frames(frames, max_frames)
-                while audio >= sent + size:
-                    yield self.chunk(frames, sent, sent + size, final=False)
-                    sent, size = sent + size, next(sizes)
-            audio = self.audio_frames(frames, max_frames)
-            if audio == 0:
-                raise InvalidRequest("the model ended before speaking (its first frame was the end): "
-                                     "try another seed")
-            yield self.chunk(frames, sent, audio, final=True)
+            async for chunk in self.frame_chunks(ids.tolist(), params, key, stream.frames, max_frames,
+                                                 inputs.cancelled):
+                yield chunk
         finally:
             release(key)
-
-    @staticmethod
-    def audio_frames(frames: list, limit: int) -> int:
-        """Frames that are audio, at most `limit`: all but an END_AUDIO frame, which can only
-        be the last (the engine stops at it)."""
-        ended = bool(frames) and int(frames[-1][0]) == END_AUDIO
-        return min(len(frames) - ended, limit)
-
-    def chunk(self, frames: list, start: int, end: int, final: bool) -> dict[str, Any]:
-        first = max(0, start - self.left_context_frames)
-        if end <= first:      # ended on a chunk boundary: nothing new to voice
-            return {"codes": np.zeros((1, 37), np.int32), "left_context": 1, IS_FINAL: final}
-        window = torch.stack(frames[first:end]) - SPECIAL_CODES
-        return {"codes": window.numpy().astype(np.int32), "left_context": start - first, IS_FINAL: final}
 
 
 class VoxtralTTSCodecStage(WindowDecoderStage):

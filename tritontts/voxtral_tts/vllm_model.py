@@ -31,6 +31,7 @@ from ..checkpoint import engine_folder
 from .acoustic import END_AUDIO, AcousticTransformer
 from .checkpoint import PARAMS_FILE, WEIGHTS_FILE, VoxtralTTSCheckpoint, parse_params
 from ..llama_format import rotate_half_rows
+from ..vllm_frames import LogitsFrameTalker
 from .talker import CODEBOOK_EMBEDDINGS, TEXT_EMBEDDINGS, FrameEmbeddings, place_voice
 
 ARCHITECTURE = "VoxtralTTSTalkerForVllm"
@@ -81,7 +82,7 @@ class VoiceStream:
         return int(self.ids.shape[0])
 
 
-class VoxtralTTSTalkerForVllm(nn.Module):
+class VoxtralTTSTalkerForVllm(LogitsFrameTalker, nn.Module):
     def __init__(self, *, vllm_config, prefix: str = ""):
         from vllm.model_executor.models.llama import LlamaModel
         from vllm.model_executor.models.utils import maybe_prefix
@@ -98,61 +99,21 @@ class VoxtralTTSTalkerForVllm(nn.Module):
     def embed_input_ids(self, input_ids: Tensor) -> Tensor:
         return self.model.embed_input_ids(input_ids)
 
-    def _inputs(self, input_ids: Tensor, positions: Tensor) -> Tensor:
-        from ..vllm_frames import batch_rows, lookup
+    def stream_prompt_embeds(self, stream: "VoiceStream", device) -> Tensor:
+        ids = stream.ids.to(device)
+        return place_voice(self.embed_input_ids(ids), ids, stream.voice, self.voxtral.audio_token_id)
 
-        embeds = self.embed_input_ids(input_ids)
-        self._logit_rows = []
-        for row, (key, start, end) in enumerate(batch_rows()):
-            stream = None if key is None or end <= start else lookup(key)
-            if stream is None:
-                continue
-            t = stream.prompt_length
-            if stream.prompt_embeds is None:
-                ids = stream.ids.to(input_ids.device)
-                stream.prompt_embeds = place_voice(self.embed_input_ids(ids), ids, stream.voice,
-                                                   self.voxtral.audio_token_id)
-            pos = positions[start:end]
-            in_prompt = pos < t
-            if bool(in_prompt.any()):
-                index = torch.arange(start, end, device=pos.device)[in_prompt]
-                embeds[index] = stream.prompt_embeds[pos[in_prompt]]
-            for offset in (~in_prompt).nonzero()[:, 0].tolist():     # T + g: frame g's embedding
-                i = start + offset
-                embeds[i] = self.embed_frames(stream.frames[int(positions[i]) - t])
-            last = int(pos[-1])
-            if last >= t - 1:           # this row's logits are a real step
-                self._logit_rows.append((row, key, last - t + 1))
-        return embeds
+    def frame_embeds(self, frame: Tensor) -> Tensor:
+        return self.embed_frames(frame)
 
-    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
-        with torch.no_grad():
-            embeds = self._inputs(input_ids, positions)
-        return self.model(None, positions, intermediate_tensors, embeds)
+    def make_frames(self, hidden: Tensor, streams: list["VoiceStream"]) -> Tensor:
+        noise = torch.cat([torch.randn(1, self.voxtral.acoustic.n_acoustic_codebook, generator=s.generator)
+                           for s in streams])
+        cfg = torch.tensor([s.cfg for s in streams])
+        return self.acoustic_transformer.frame(hidden, noise.to(hidden.device), cfg.to(hidden.device))
 
-    def compute_logits(self, hidden_states: Tensor) -> Tensor:
-        from ..vllm_frames import lookup
-
-        logits = torch.zeros(hidden_states.shape[0], self.vocab_size, device=hidden_states.device)
-        todo = [(row, stream, g) for row, key, g in self._logit_rows
-                if row < hidden_states.shape[0] and (stream := lookup(key)) is not None]
-        fresh = [(row, stream, g) for row, stream, g in todo if g >= len(stream.frames)]
-        if fresh:
-            for row, stream, g in fresh:
-                if g != len(stream.frames):
-                    raise RuntimeError(f"frame {g} asked for with {len(stream.frames)} made")
-            with torch.no_grad():
-                noise = torch.cat([torch.randn(1, self.voxtral.acoustic.n_acoustic_codebook, generator=s.generator)
-                                   for _, s, _ in fresh])
-                cfg = torch.tensor([s.cfg for _, s, _ in fresh])
-                frames = self.acoustic_transformer.frame(hidden_states[[row for row, _, _ in fresh]],
-                                                         noise.to(hidden_states.device), cfg.to(hidden_states.device))
-            for (_, stream, _), frame in zip(fresh, frames):
-                stream.frames.append(frame.cpu())      # published: the stage reads it
-        for row, stream, g in todo:
-            logits[row] = float("-inf")
-            logits[row, EOS if int(stream.frames[g][0]) == END_AUDIO else self.voxtral.audio_token_id] = 0.0
-        return logits
+    def frame_token(self, frame: Tensor) -> int:
+        return EOS if int(frame[0]) == END_AUDIO else self.voxtral.audio_token_id
 
     def load_weights(self, weights: Iterable[tuple[str, Tensor]]) -> set[str]:
         """consolidated.safetensors: the backbone under transformers' Llama names (wq / wk rows
