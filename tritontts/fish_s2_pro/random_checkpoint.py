@@ -38,12 +38,13 @@ SIZES = {
     "released": dict(dim=2560, n_head=32, n_local_heads=8, head_dim=128, intermediate_size=9728, n_layer=36,
                      fast_layers=4, codebook=4096, max_seq_len=32768, base_vocab=151643, pad_offset=26),
 }
-# The tiny codec: small widths, the released layer plan (fish_s2_pro/codec.py).
-TINY_CODEC = {"encoder_dim": 4, "encoder_rates": [2, 2, 2, 2], "encoder_transformer_layers": [0, 0, 0, 1],
+# The tiny codec: small widths, the released rates (2048 samples per frame at 44.1 kHz, so
+# served audio has real durations) and layer plan (fish_s2_pro/codec.py).
+TINY_CODEC = {"encoder_dim": 4, "encoder_rates": [2, 4, 8, 8], "encoder_transformer_layers": [0, 0, 0, 1],
               "encoder_head_dim": 16, "latent_dim": 32, "semantic_codebook_size": 64, "n_codebooks": 9,
               "codebook_size": 16, "codebook_dim": 4, "downsample_factors": [2, 2], "quantizer_layers": 2,
               "quantizer_heads": 2, "quantizer_head_dim": 16, "quantizer_ffn": 64, "quantizer_window": 16,
-              "decoder_dim": 64, "decoder_rates": [2, 2, 2, 2]}
+              "decoder_dim": 64, "decoder_rates": [8, 8, 4, 2]}
 
 
 def write_tokenizer(out: Path, size: str) -> dict[str, int]:
