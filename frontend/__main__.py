@@ -52,6 +52,32 @@ def triton_urls(value: str) -> list[str]:
     return urls
 
 
+def engine_arg(value: str) -> tuple[str, str, object]:
+    """STAGE.KEY=VALUE of --engine-arg: a talker stage's vLLM engine argument."""
+    from tritontts.vllm_talker import parse_engine_arg
+
+    try:
+        stage, key, parsed = parse_engine_arg(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not stage.endswith("_talker"):
+        raise argparse.ArgumentTypeError(f"{stage!r} in {value!r} is not a talker stage (e.g. fish_s2_pro_talker): "
+                                         "only talkers have vLLM engine arguments")
+    return stage, key, parsed
+
+
+def engine_args_env(given: list[tuple[str, str, object]]) -> dict[str, str]:
+    """tritonserver's environment entry carrying --engine-arg to the talker stages."""
+    import json
+
+    from tritontts.vllm_talker import ENGINE_ARGS_ENV
+
+    grouped: dict[str, dict[str, object]] = {}
+    for stage, key, value in given:
+        grouped.setdefault(stage, {})[key] = value
+    return {ENGINE_ARGS_ENV: json.dumps(grouped)} if grouped else {}
+
+
 def model_limit(value: str) -> tuple[str, int]:
     name, sep, count = value.partition("=")
     if not sep or not count.isdigit() or int(count) < 1 or family_of(name) is None:
@@ -89,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", action="append", type=family_path, default=[],
                         metavar="FAMILY=PATH",
                         help="a family's checkpoint (repeatable); wins over its environment variable")
+    parser.add_argument("--engine-arg", action="append", type=engine_arg, default=[], metavar="STAGE.KEY=VALUE",
+                        help="a talker's vLLM engine argument over its 1/model.json (repeatable), e.g. "
+                             "fish_s2_pro_talker.dtype=bfloat16 or voxtral_tts_talker.kv_cache_memory_bytes="
+                             "4294967296")
     parser.add_argument("--max-in-flight", type=int, default=64,
                         help="requests served at once; more get 429")
     parser.add_argument("--max-in-flight-per-model", action="append", type=model_limit, default=[],
@@ -245,6 +275,10 @@ def main(argv=None) -> int:
         families = requested_families(args.families)
         # A tritonserver run elsewhere was given its checkpoints there.
         env = checkpoint_env(families, given, os.environ) if args.triton_url is None else {}
+        if args.engine_arg and args.triton_url is not None:
+            raise LaunchError("--engine-arg sets the talkers of the tritonserver this launcher starts; "
+                              "with --triton-url, set them where that server runs")
+        env.update(engine_args_env(args.engine_arg))
     except LaunchError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ random weights, on this machine, in one run:
    machine's memory for an arm and its loader. A request ends early only if it draws
    <|im_end|>: each arm counts the frames it really made;
 2. served through tritonserver + the front: time to first audio and real-time factor at
-   concurrency 1 and 4 (streaming PCM), zero-shot;
+   concurrency 1 and 4 (streaming PCM), zero-shot, the talker in bfloat16 (--engine-arg);
 3. --codec-context: the codec's chunked decode (4 frames, then 25, with N frames of left
    context) against one whole decode of the same frames, for several N, at released size:
    the error the stage's 25-frame context costs, and what more context would buy.
@@ -142,9 +142,13 @@ def released() -> Path:
 
 
 def serving(root: Path, frames: int) -> None:
+    # bfloat16 as the talker arms (18 GB of fp32 weights would not fit beside the codec
+    # stages); 1 GiB of KV cache: one 4096-position request needs 0.6 GiB in bf16.
     measure_served("fish_s2_pro", root, lambda k: {"input": TEXTS[k % len(TEXTS)], "seed": k,
                                                    "max_new_tokens": frames},
-                   stall_timeout=3600, request_timeout=7200)
+                   stall_timeout=3600, request_timeout=7200,
+                   engine_args={"fish_s2_pro_talker.dtype": "bfloat16",
+                                "fish_s2_pro_talker.kv_cache_memory_bytes": 1 << 30})
 
 
 def codec_context(root: Path, frames: int = 120, contexts=(25, 50, 100, 200)) -> None:

@@ -33,13 +33,43 @@ class TalkerCancelled(Exception):
     """The client went away; the engine request was aborted."""
 
 
+# The launcher's --engine-arg STAGE.KEY=VALUE, handed to tritonserver's stages as JSON
+# {stage: {key: value}}: engine arguments over model.json's (a released checkpoint's KV
+# budget or dtype) without editing the repository.
+ENGINE_ARGS_ENV = "TRITONTTS_ENGINE_ARGS"
+
+
+def engine_arg_overrides(stage: str, environ=None) -> dict[str, Any]:
+    import json
+
+    text = (os.environ if environ is None else environ).get(ENGINE_ARGS_ENV, "")
+    return dict(json.loads(text).get(stage, {})) if text else {}
+
+
+def parse_engine_arg(text: str) -> tuple[str, str, Any]:
+    """STAGE.KEY=VALUE -> (stage, key, value); VALUE is JSON when it parses as JSON (numbers,
+    true/false), else a string. ValueError says what is wrong."""
+    import json
+
+    target, sep, value = text.partition("=")
+    stage, dot, key = target.partition(".")
+    if not sep or not dot or not stage or not key:
+        raise ValueError(f"--engine-arg takes STAGE.KEY=VALUE (e.g. fish_s2_pro_talker.dtype=bfloat16), "
+                         f"got {text!r}")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    return stage, key, parsed
+
+
 class VllmTalkerStage(EngineStage):
     in_process = False
 
     def __init__(self, context: StageContext):
         super().__init__(context)
         self.settings = context.settings("model.json")
-        engine_args = dict(self.settings["engine_args"])
+        engine_args = {**self.settings["engine_args"], **engine_arg_overrides(context.name)}
         # On vLLM's CPU backend gpu_memory_utilization is the share of RAM for weights + KV.
         self.max_model_len = int(engine_args["max_model_len"])
         args = {**engine_args, **self.engine_extras()}

@@ -133,3 +133,34 @@ def test_model_load_progress_is_reported_per_model_with_the_failure_reason():
                      "[    1 s] piper_vits: LOADING (0/2 ready)",
                      "[    9 s] piper_text: READY (1/2 ready)",
                      "[    9 s] piper_vits: UNAVAILABLE: piper_vits: voices.json: no such file (1/2 ready)"]
+
+
+def test_engine_arg_reaches_the_talker_stage_over_its_model_json(monkeypatch):
+    """--engine-arg STAGE.KEY=VALUE: parsed (JSON values typed), grouped per stage into
+    tritonserver's environment, and merged over model.json's engine_args by the stage."""
+    from frontend.__main__ import engine_arg, engine_args_env
+    from tritontts.vllm_talker import engine_arg_overrides
+
+    given = [engine_arg("fish_s2_pro_talker.dtype=bfloat16"),
+             engine_arg("fish_s2_pro_talker.kv_cache_memory_bytes=1073741824"),
+             engine_arg("voxtral_tts_talker.max_num_seqs=4")]
+    env = engine_args_env(given)
+    assert engine_arg_overrides("fish_s2_pro_talker", env) == {"dtype": "bfloat16",
+                                                               "kv_cache_memory_bytes": 1073741824}
+    assert engine_arg_overrides("voxtral_tts_talker", env) == {"max_num_seqs": 4}
+    assert engine_arg_overrides("qwen3_tts_talker", env) == {}
+    assert engine_arg_overrides("qwen3_tts_talker", {}) == {}
+
+
+@pytest.mark.parametrize("value,needle", [("fish_s2_pro_talker.dtype", "STAGE.KEY=VALUE"),
+                                          ("dtype=bfloat16", "STAGE.KEY=VALUE"),
+                                          ("fish_s2_pro_codec.dtype=bfloat16", "not a talker stage")])
+def test_malformed_engine_arg_exits_2_saying_what_it_takes(value, needle, capsys):
+    code, err = launch(["--engine-arg", value], capsys)
+    assert code == 2 and needle in err
+
+
+def test_engine_arg_with_an_outside_tritonserver_exits_2(capsys):
+    code, err = launch(["--triton-url", "localhost:8001", "--engine-arg", "fish_s2_pro_talker.dtype=bfloat16"],
+                       capsys)
+    assert code == 2 and "--engine-arg" in err

@@ -3,6 +3,7 @@ family benchmark reports it: time to first audio (median) and real-time factor p
 at each concurrency, streaming PCM (scripts/benchmark_<family>.py)."""
 from __future__ import annotations
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,12 +13,14 @@ from typing import Any, Callable
 def measure_served(family: str, checkpoint_dir: Path, body: Callable[[int], dict[str, Any]],
                    concurrencies=(1, 4), stall_timeout: int | None = None,
                    warmup: dict[str, Any] | None = None,
-                   request_timeout: int | None = None) -> dict[int, dict[str, float]]:
+                   request_timeout: int | None = None,
+                   engine_args: dict[str, Any] | None = None) -> dict[int, dict[str, float]]:
     """Start a stack serving `family` on `checkpoint_dir`, send one warm-up request
     (`warmup` fields over body(0)), then at each concurrency n requests body(0..n-1) at
     once; prints and returns {n: {ttfa, audio_s, wall_s, rtf}}. `stall_timeout` raises
     the front's limit on a stage that sends nothing, `request_timeout` its limit on a whole
-    request (a CPU at released size may need them)."""
+    request (a CPU at released size may need them); `engine_args` ({"STAGE.KEY": value})
+    go to the launcher as --engine-arg (a released checkpoint's dtype or KV budget)."""
     import httpx
 
     from ..testing.stack import REPO, Stack
@@ -25,7 +28,9 @@ def measure_served(family: str, checkpoint_dir: Path, body: Callable[[int], dict
     tmp = REPO / ".cache" / f"bench-{family}"
     tmp.mkdir(parents=True, exist_ok=True)
     extra = (("--stall-timeout", str(stall_timeout)) if stall_timeout else ()) + (
-        ("--request-timeout", str(request_timeout)) if request_timeout else ())
+        ("--request-timeout", str(request_timeout)) if request_timeout else ()) + tuple(
+        part for key, value in (engine_args or {}).items()
+        for part in ("--engine-arg", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"))
     stack = Stack(tmp, (family,), {family: checkpoint_dir}, extra_args=extra).start(timeout=1800)
 
     from ..families import FAMILIES
