@@ -69,8 +69,8 @@ GPU_STAGES: dict[str, GpuStage] = {
     # Stateless (left context), batched by window length; PyTorch on the card.
     "voxcpm2_audio_vae": GpuStage(count=2, max_batch_size=16),
     "voxtral_tts_codec": GpuStage(count=2, max_batch_size=16),
-    # Stateless (left context and absolute positions), batched by window length and start.
-    "fish_s2_pro_codec": GpuStage(count=2, max_batch_size=16),
+    # Stateful per stream (ONE_INSTANCE below): exact streaming with the decoder's state.
+    "fish_s2_pro_codec": GpuStage(count=1, max_batch_size=16),
     # The piper stage picks its onnxruntime providers itself (tritontts/piper/vits.py): on
     # a GPU instance it gains only once that code asks for the CUDA provider.
     "piper_vits": GpuStage(count=2, max_batch_size=16),
@@ -107,6 +107,7 @@ ONE_INSTANCE: dict[str, str] = {
     "omnivoice_generator": "it keeps each stream's first-segment codes for the later segments",
     "glm_tts_flow": "it keeps each stream's ODE trajectory for the stream's next chunk",
     "glm_tts_vocoder": "it keeps each stream's send position and cross-fade tail",
+    "fish_s2_pro_codec": "it keeps each stream's decoder state (transformer keys and values, conv context)",
 }
 
 # The non-autoregressive networks (tritontts/runtime.py's stage_runner reads these):

@@ -163,6 +163,29 @@ def test_windows_with_context_frames_decode_exactly_as_the_whole(pair):
     assert (double.decode(x[..., :25])[0, 0] - whole[:25 * hop]).abs().max() < 1e-12
 
 
+def test_stateful_stream_decodes_exactly_as_the_whole(pair):
+    """decode_stream (the post_module's keys and values carried, the convolutions' context
+    re-read) in chunks of 4, 25, 25, 1 and 35 frames equals one whole decode: float64 to
+    rounding, fp32 to its rounding; two utterances batched keep apart. Its convolution
+    context is the receptive field less the transformer's."""
+    c, state, ours, _ = pair
+    double = load_codec(state, c, "random").double()
+    x = codes(c, 90, seed=5, batch=2)
+    for model, bound in ((double, 1e-12), (ours, 1e-5)):
+        whole = model.decode(x)[:, 0]
+        pieces, stream, begin = [], None, 0
+        for size in (4, 25, 25, 1, 35):
+            audio, stream = model.decode_stream(x[..., begin:begin + size], stream)
+            pieces.append(audio[:, 0])
+            begin += size
+        diff = float((torch.cat(pieces, dim=-1) - whole).abs().max())
+        print(f"{model.decoder.model[0].conv.weight.dtype}: stateful stream vs whole {diff:.1e} "
+              f"(peak {float(whole.abs().max()):.2f}); cached keys per layer {stream.past[0][0].shape[1]}")
+        assert diff < bound
+    assert stream.frames == 90 and stream.past[0][0].shape[1] == c.quantizer_window - 1
+    assert ours.conv_context_frames() == c.context_frames() - c.quantizer_layers * (c.quantizer_window - 1)
+
+
 def test_streaming_with_vllm_omni_chunks(pair):
     """vLLM-Omni's schedule (4-frame chunks up to 25 frames, then 25-frame chunks with 25
     frames of left context) at the tiny sizes, whose receptive field (55) exceeds 25: the

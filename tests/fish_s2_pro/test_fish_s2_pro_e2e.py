@@ -1,11 +1,10 @@
 """Fish Speech S2 Pro through the real tritonserver and front on a tiny random checkpoint: a
 seeded stream equals the pipeline run in this process (the prompt stage, our PyTorch dual AR
-with the same per-request generator, the codec decoding the same chunk windows), in the chunk
-plan the talker promises (4 frames, then 25), zero-shot and cloned; the chunked audio against
-one whole decode is measured (the codec's receptive field is longer than the 25-frame left
-context); an uploaded voice speaks as its recording does; temperature changes the speech;
-concurrent streams equal their solo runs; 44.1 kHz survives every response format; the 400s
-of what the model cannot do."""
+with the same per-request generator, ONE whole codec decode: the codec stage streams exactly),
+in the chunk plan the talker promises (4 frames, then 25), zero-shot and cloned; an uploaded
+voice speaks as its recording does; temperature changes the speech; concurrent streams equal
+their solo runs; 44.1 kHz survives every response format; the 400s of what the model cannot
+do."""
 from __future__ import annotations
 
 import base64
@@ -23,7 +22,7 @@ from tritontts.testing.grpc import stream_model
 STACK_FAMILIES = ("fish_s2_pro",)
 TEXT = "The birch canoe slid on the smooth planks."
 REF = synthetic_reference()
-PLAN, CONTEXT = [4] + [25] * 8, 25
+PLAN = [4] + [25] * 8
 
 
 def speak(http, **body):
@@ -31,12 +30,9 @@ def speak(http, **body):
                                                "max_new_tokens": 24, "response_format": "pcm", **body})
 
 
-def in_process(checkpoint_dir, text: str, params: dict) -> tuple[np.ndarray, np.ndarray, int]:
-    """(the chunked audio, as the stages promise it; one whole decode of the same frames;
-    the codec's samples per frame):
-    the prompt stage's prompt, our PyTorch dual AR drawing from the request's generator,
-    the codec decoding each chunk's window (4 frames, then 25, with 25 frames of left
-    context at their absolute positions)."""
+def in_process(checkpoint_dir, text: str, params: dict) -> tuple[np.ndarray, int]:
+    """(one whole decode of the utterance's frames, the codec's samples per frame): the
+    prompt stage's prompt, our PyTorch dual AR drawing from the request's generator."""
     from safetensors.torch import load_file
 
     from tritontts.fish_s2_pro.checkpoint import open_checkpoint
@@ -55,19 +51,8 @@ def in_process(checkpoint_dir, text: str, params: dict) -> tuple[np.ndarray, np.
     frames = talker.eval().generate(prompt[0], prompt[1:].T, FrameSampler(torch.Generator().manual_seed(params["seed"]),
                                                                           sampling), int(out["max_frames"]))
     codec = load_served_codec(ckpt)
-    codes = frames[:, 1:].T[None]
-    hop = codec.config.hop
     with torch.no_grad():
-        whole = codec.decode(codes)[0, 0].numpy()
-        pieces, start = [], 0
-        for size in PLAN:
-            end = min(start + size, codes.shape[-1])
-            if end <= start:
-                break
-            first = max(0, start - CONTEXT)
-            pieces.append(codec.decode(codes[..., first:end], first)[0, 0, (start - first) * hop:].numpy())
-            start = end
-    return np.concatenate(pieces), whole, hop
+        return codec.decode(frames[:, 1:].T[None])[0, 0].numpy(), codec.config.hop
 
 
 @pytest.mark.parametrize("fields", [{}, REF], ids=["zero_shot", "cloned"])
@@ -75,13 +60,12 @@ def test_a_seeded_stream_equals_the_pipeline_in_process(stack, random_checkpoint
     params = {"seed": 11, "max_new_tokens": 40, **fields}
     chunks, error = stream_model(stack.grpc_url, "fish_s2_pro", TEXT, params=params)
     assert error is None, error
-    chunked, whole, hop = in_process(random_checkpoints["fish_s2_pro"], TEXT, params)
+    whole, hop = in_process(random_checkpoints["fish_s2_pro"], TEXT, params)
     sizes = [c.as_numpy("audio").size // hop for c in chunks]
     got = np.concatenate([c.as_numpy("audio").reshape(-1) for c in chunks])
-    diff = float(np.abs(got - chunked).max()) if got.shape == chunked.shape else float("inf")
-    vs_whole = float(np.abs(chunked - whole).max())
-    print(f"{chunked.size // hop} frames in chunks of {sizes}; served vs in-process {diff:.2e}; "
-          f"chunked vs whole decode {vs_whole:.2e} (peak {np.abs(whole).max():.2f})")
+    diff = float(np.abs(got - whole).max()) if got.shape == whole.shape else float("inf")
+    print(f"{whole.size // hop} frames in chunks of {sizes}; served stream vs one whole decode {diff:.2e} "
+          f"(peak {np.abs(whole).max():.2f})")
     assert {int(c.as_numpy("sample_rate").reshape(-1)[0]) for c in chunks} == {44100}
     assert sizes[:-1] == PLAN[:len(sizes) - 1] and 0 < sizes[-1] <= PLAN[len(sizes) - 1]
     assert diff < 1e-4 and rms(got) > 1e-3

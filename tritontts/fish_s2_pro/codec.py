@@ -310,13 +310,18 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(dim, 3 * heads * head_dim, bias=False)   # rows: q, k, v
         self.wo = nn.Linear(heads * head_dim, dim, bias=False)
 
-    def forward(self, x: Tensor, rope: Rope, first: int, mask: Tensor) -> Tensor:
+    def forward(self, x: Tensor, rope: Rope, first: int, mask: Tensor,
+                past: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """x [B, n, C] at positions first.. (after `past`: the rotated keys and values
+        [B, m, H, D] of the m positions before) -> (output, all keys and values)."""
         b, n, _ = x.shape
         q, k, v = self.wqkv(x).view(b, n, 3, self.heads, self.head_dim).unbind(2)
         q, k = rope(q, first), rope(k, first)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                              attn_mask=mask)
-        return self.wo(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim))
+        return self.wo(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim)), (k, v)
 
 
 class TransformerBlock(nn.Module):
@@ -329,9 +334,11 @@ class TransformerBlock(nn.Module):
         self.attention_layer_scale = LayerScale(dim)
         self.ffn_layer_scale = LayerScale(dim)
 
-    def forward(self, x: Tensor, rope: Rope, first: int, mask: Tensor) -> Tensor:
-        x = x + self.attention_layer_scale(self.attention(self.attention_norm(x), rope, first, mask))
-        return x + self.ffn_layer_scale(self.feed_forward(self.ffn_norm(x)))
+    def forward(self, x: Tensor, rope: Rope, first: int, mask: Tensor,
+                past: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        attended, kv = self.attention(self.attention_norm(x), rope, first, mask, past)
+        x = x + self.attention_layer_scale(attended)
+        return x + self.ffn_layer_scale(self.feed_forward(self.ffn_norm(x))), kv
 
 
 class WindowTransformer(nn.Module):
@@ -348,13 +355,24 @@ class WindowTransformer(nn.Module):
         self.rope = Rope(head_dim, rope_base)
 
     def forward(self, x: Tensor, first: int = 0) -> Tensor:
+        return self.forward_cached(x, first)[0]
+
+    def forward_cached(self, x: Tensor, first: int = 0, past: list[tuple[Tensor, Tensor]] | None = None
+                       ) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """x [B, C, n] at positions first.., after `past` (per layer, the rotated keys and
+        values of the positions just before) -> (output [B, C, n], per layer the keys and
+        values of the last window - 1 positions: what the next steps can still see)."""
         x = x.transpose(1, 2)
-        pos = torch.arange(x.shape[1], device=x.device)
-        back = pos[:, None] - pos[None, :]                      # query - key
+        m = 0 if past is None else past[0][0].shape[1]
+        queries = torch.arange(m, m + x.shape[1], device=x.device)
+        back = queries[:, None] - torch.arange(m + x.shape[1], device=x.device)[None, :]   # query - key
         mask = (back >= 0) & (back < self.window)
-        for layer in self.layers:
-            x = layer(x, self.rope, first, mask)
-        return self.norm(x).transpose(1, 2)
+        kept = []
+        for i, layer in enumerate(self.layers):
+            x, (k, v) = layer(x, self.rope, first, mask, None if past is None else past[i])
+            keep = max(0, k.shape[1] - (self.window - 1))
+            kept.append((k[:, keep:], v[:, keep:]))
+        return self.norm(x).transpose(1, 2), kept
 
 
 # --- quantizer ---------------------------------------------------------------------------
@@ -461,6 +479,12 @@ class Quantizer(nn.Module):
         z = self.semantic_quantizer.lookup(semantic) + self.quantizer.lookup(residual)
         return self.upsample(self.post_module(z, first_frame))
 
+    def lookup(self, codes: Tensor) -> Tensor:
+        """codes [B, 1 + n, T] -> the summed codebook entries [B, dim, T] (decode's first step)."""
+        semantic = codes[:, :1].clamp(0, self.sizes[0] - 1)
+        residual = codes[:, 1:].clamp(0, self.sizes[1] - 1)
+        return self.semantic_quantizer.lookup(semantic) + self.quantizer.lookup(residual)
+
     def encode(self, z: Tensor) -> Tensor:
         """latent [B, dim, steps] -> codes [B, 1 + n, steps / prod(factors)]."""
         z = self.pre_module(self.downsample(z))
@@ -561,6 +585,32 @@ class FishCodec(nn.Module):
         config.context_frames() or the window starts at the utterance's first frame."""
         return self.decode(codes, first_frame)[..., left_context * self.config.hop:]
 
+    def conv_context_frames(self) -> int:
+        """Frames of post_module output the convolutions after it look back (10 at released
+        size): all of the receptive field but the transformer's."""
+        c = self.config
+        return c.context_frames() - c.quantizer_layers * (c.quantizer_window - 1)
+
+    @torch.inference_mode()
+    def decode_stream(self, codes: Tensor, state: "DecoderStream | None" = None) -> tuple[Tensor, "DecoderStream"]:
+        """The next frames of an utterance, codes [B, 10, n] -> (their audio [B, 1, n * hop],
+        the state for the frames after them); `state` None starts an utterance. Equal to those
+        frames' audio in one whole decode (rounding aside), for the cost of the new frames:
+        the post_module attends over its cached keys and values (the last window - 1
+        frames of every layer: its whole reach, compounded over the layers, comes through
+        them), and the convolutions after it see the last conv_context_frames() of its
+        output again."""
+        state = state or DecoderStream()
+        z = self.quantizer.lookup(codes.long())
+        z, past = self.quantizer.post_module.forward_cached(z, state.frames, state.past)
+        if state.tail is not None:
+            z = torch.cat([state.tail, z], dim=-1)
+        context = 0 if state.tail is None else state.tail.shape[-1]
+        audio = self.decoder(self.quantizer.upsample(z.to(self._dtype())))
+        keep = self.conv_context_frames()
+        next_state = DecoderStream(past, z[..., max(0, z.shape[-1] - keep):], state.frames + codes.shape[-1])
+        return audio[..., context * self.config.hop:], next_state
+
     @torch.inference_mode()
     def encode(self, audio: Tensor) -> Tensor:
         """audio [B, 1, N] (or [B, N]) at sample_rate -> codes [B, 10, ceil(N / hop)] (int64).
@@ -569,6 +619,17 @@ class FishCodec(nn.Module):
             audio = audio[:, None]
         audio = F.pad(audio.to(self._dtype()), (0, -audio.shape[-1] % self.config.hop))
         return self.quantizer.encode(self.encoder(audio))
+
+
+@dataclass
+class DecoderStream:
+    """One utterance's decode state between chunks (FishCodec.decode_stream): per
+    post_module layer the rotated keys and values of its last window - 1 frames, its last
+    outputs (the convolutions' left context), and the frames decoded so far (the next
+    chunk's RoPE position)."""
+    past: list[tuple[Tensor, Tensor]] | None = None
+    tail: Tensor | None = None
+    frames: int = 0
 
 
 # --- checkpoints -------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from .. import sampling
 from ..audio import reference_recording
 from ..lru import LRU
 from ..sampling import SAMPLING
-from ..stage import (PARAMS, STREAM_ID, Inputs, InvalidRequest, Stage, StageContext, WindowDecoderStage,
+from ..stage import (AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, Inputs, InvalidRequest, Stage, StageContext,
                      begin_request, parse_params)
 from ..vllm_talker import FrameChunkTalkerStage
 from ..voice import checkpoint_fingerprint, pack_voice, unpack_voice
@@ -35,6 +35,9 @@ from .prompt import FishPromptBuilder, PromptError, Reference
 from .request import DEFAULT_MAX_NEW_TOKENS, FishS2ProParams, parse_fish_s2_pro_params
 
 MIN_REF_SECONDS, MAX_REF_SECONDS = 1.0, 30.0
+# Decoder states kept at most (a stream cancelled before its last chunk is dropped last-used
+# first): about 8 MB each at released size.
+STREAMS = 128
 # What a stored voice's codes depend on: the codec (and its sizes), the codebook layout.
 VOICE_FILES = (CODEC_FILE, CONFIG_FILE)
 
@@ -161,14 +164,18 @@ class FishS2ProTalkerStage(FrameChunkTalkerStage):
             release(key)
 
 
-class FishS2ProCodecStage(WindowDecoderStage):
-    """A chunk's codes -> its 44.1 kHz audio, stateless. The decoder's exact receptive field
-    is long (1026 frames at released size: its 8-layer transformer's 128-frame windows
-    compound), so the left context the talker sends (25 frames, vLLM-Omni's) makes a chunk
-    close to, not exactly, the whole utterance's audio; positions are absolute (first_frame)."""
-
-    window = "codes"
-    positioned = True
+class FishS2ProCodecStage(Stage):
+    """A chunk's codes -> its 44.1 kHz audio, exactly as one whole decode of the utterance
+    would give it: stateful per stream (FishCodec.decode_stream: the decoder transformer's
+    keys and values of the last 127 frames per layer and the convolutions' 10-frame context
+    carried from chunk to chunk, keyed by stream_id), so each chunk costs only its new
+    frames. The decoder's receptive field (1026 frames at released size: its 8-layer
+    transformer's 128-frame windows compound) is far longer than any affordable left
+    context, so a stateless window could only approximate it. Chunks of different streams
+    at the same point (same frames so far, same length) decode as one batch; a stream's
+    chunks in one batch run in order. A chunk with no state for its stream (a restarted
+    instance, an evicted stream) decodes its window's left context again instead: close to
+    the whole decode, not exact."""
 
     def __init__(self, context: StageContext, checkpoint: FishCheckpoint | None = None):
         super().__init__(context)
@@ -179,12 +186,79 @@ class FishS2ProCodecStage(WindowDecoderStage):
         self.num_codebooks = checkpoint.config.num_codebooks
         self.hop = self.codec.config.hop
         self.sample_rate = self.codec.config.sample_rate
+        self.streams = LRU(STREAMS)
 
-    def check_window(self, window: np.ndarray) -> None:
-        if window.ndim != 2 or window.shape[1] != self.num_codebooks:
-            raise InvalidRequest(f"codes must be [frames, {self.num_codebooks}], got {tuple(window.shape)}")
+    def run(self, inputs: Inputs) -> dict[str, Any]:
+        (result,) = self.run_batch([inputs])
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def run_batch(self, batch: list[Inputs], ready=None) -> list[dict[str, Any] | Exception]:
+        from .codec import DecoderStream
+
+        results: list[Any] = [None] * len(batch)
+        work = []                     # (index, stream id, codes to decode, state, samples to skip, final)
+        for i, inputs in enumerate(batch):
+            try:
+                window = np.asarray(inputs["codes"])
+                context, first = int(inputs.scalar("left_context")), int(inputs.scalar("first_frame"))
+                if window.ndim != 2 or window.shape[1] != self.num_codebooks:
+                    raise InvalidRequest(f"codes must be [frames, {self.num_codebooks}], got {tuple(window.shape)}")
+                if not 0 <= context <= window.shape[0] or first < 0:
+                    raise InvalidRequest(f"left_context {context} / first_frame {first} do not fit a window of "
+                                         f"{window.shape[0]} frames")
+            except InvalidRequest as exc:
+                results[i] = exc
+                continue
+            work.append((i, int(inputs.scalar(STREAM_ID)), window, context, first, bool(inputs.scalar(IS_FINAL))))
+        while work:
+            # One chunk per stream per round, in arrival order (a stream's next chunk needs
+            # the state its previous one leaves).
+            now, later, seen = [], [], set()
+            for item in work:
+                (later if item[1] in seen else now).append(item)
+                seen.add(item[1])
+            groups: dict[tuple, list] = {}
+            for i, stream, window, context, first, final in now:
+                state = self.streams.get(stream)
+                if state is not None and state.frames == first + context:
+                    codes, skip = window[context:], 0                 # exact: new frames only
+                else:
+                    # No state for this point of the stream: the window again, from its start.
+                    codes, skip, state = window, context, DecoderStream(frames=first)
+                key = (state.frames, codes.shape[0], skip, *shape_of(state))
+                groups.setdefault(key, []).append((i, stream, codes, state, skip, final))
+            for members in groups.values():
+                self.decode_group(members, results)
+            work = later
+        return results
 
     @torch.no_grad()
-    def decode_windows(self, windows: np.ndarray, first_frame: int = 0) -> np.ndarray:
-        codes = torch.from_numpy(windows.astype(np.int64)).transpose(1, 2).to(self.device)
-        return self.codec.decode(codes, first_frame)[:, 0].float().cpu().numpy()
+    def decode_group(self, members: list, results: list) -> None:
+        from .codec import DecoderStream
+
+        states = [m[3] for m in members]
+        merged = DecoderStream(
+            past=None if states[0].past is None else [
+                (torch.cat([s.past[layer][0] for s in states]), torch.cat([s.past[layer][1] for s in states]))
+                for layer in range(len(states[0].past))],
+            tail=None if states[0].tail is None else torch.cat([s.tail for s in states]),
+            frames=states[0].frames)
+        codes = torch.from_numpy(np.stack([m[2] for m in members]).astype(np.int64)).transpose(1, 2).to(self.device)
+        audio, after = self.codec.decode_stream(codes, merged)
+        audio = audio[:, 0].float().cpu().numpy()
+        for row, (i, stream, _, _, skip, final) in enumerate(members):
+            if final:
+                self.streams.pop(stream)
+            else:
+                self.streams.put(stream, DecoderStream(
+                    past=[(k[row:row + 1], v[row:row + 1]) for k, v in after.past],
+                    tail=after.tail[row:row + 1], frames=after.frames))
+            results[i] = {AUDIO: audio[row, skip * self.hop:], SAMPLE_RATE: self.sample_rate}
+
+
+def shape_of(state) -> tuple[int, int]:
+    """What must agree for states to decode as one batch: cached keys and tail lengths."""
+    return (0 if state.past is None else state.past[0][0].shape[1],
+            0 if state.tail is None else state.tail.shape[-1])
