@@ -27,17 +27,6 @@ CONFIG = {
 }
 
 
-def random_state(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    state = {}
-    for name, t in model.state_dict().items():
-        noise = torch.randn(t.shape, generator=gen)
-        # Norm scales near 1; weights sized so logits span a few units (sampling neither
-        # uniform nor one-hot).
-        state[name] = 1.0 + 0.1 * noise if name.endswith("norm.weight") else noise * t.shape[-1] ** -0.5
-    return state
-
-
 def reference(state: dict[str, torch.Tensor]):
     from mizuoto_fishspeech.model import DualARTransformer, ModelArgs, remap_keys
 
@@ -49,9 +38,11 @@ def reference(state: dict[str, torch.Tensor]):
 
 @pytest.fixture(scope="module")
 def pair():
+    from tritontts.fish_s2_pro.random_checkpoint import random_state
+
     config = parse_config_dict(CONFIG)
     ours = FishDualAR(config)
-    state = random_state(ours, 0)
+    state = random_state(config, torch.Generator().manual_seed(0), torch.float32)
     ours.load_state_dict(state, strict=True)
     return config, ours.eval(), reference(state)
 

@@ -48,6 +48,9 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(c.dim, (c.n_head + 2 * c.n_local_heads) * c.head_dim, bias=False)
         self.wo = nn.Linear(c.n_head * c.head_dim, c.dim, bias=False)
         self.qk_norm = c.qk_norm
+        # Upstream's RoPE tables are bfloat16 (vLLM-Omni's fast AR computes them in fp32: its
+        # parity test sets None to compare everything else).
+        self.rope_table_dtype: torch.dtype | None = torch.bfloat16
         if c.qk_norm:
             self.q_norm = nn.RMSNorm(c.head_dim, eps=c.norm_eps)
             self.k_norm = nn.RMSNorm(c.head_dim, eps=c.norm_eps)
@@ -60,8 +63,8 @@ class Attention(nn.Module):
         k = k.view(b, t, self.kv_heads, self.head_dim)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = interleaved_rope(q, positions, self.base, torch.bfloat16).transpose(1, 2)
-        k = interleaved_rope(k, positions, self.base, torch.bfloat16).transpose(1, 2)
+        q = interleaved_rope(q, positions, self.base, self.rope_table_dtype).transpose(1, 2)
+        k = interleaved_rope(k, positions, self.base, self.rope_table_dtype).transpose(1, 2)
         k, v = cache.extend(layer, k, v.view(b, t, self.kv_heads, self.head_dim).transpose(1, 2))
         group = self.heads // self.kv_heads
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
