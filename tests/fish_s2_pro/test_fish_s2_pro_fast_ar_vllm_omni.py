@@ -4,7 +4,8 @@ CPU in a single-process vLLM: gloo distributed init, model parallel 1, quant met
 process_weights_after_loading) on the same tiny random weights, greedy, fp32: from the same
 slow-AR hidden states and main tokens the 9 residual codes are equal. vLLM-Omni computes the
 fast AR's RoPE tables in fp32 where upstream rounds them to bfloat16: compared with fp32 tables
-here, and the bf16 tables' effect on the logits is printed (upstream's, which we serve)."""
+here, and the bf16 tables' effect on the codes is printed (upstream's, which we serve); a
+perturbed weight as the negative control."""
 from __future__ import annotations
 
 import socket
@@ -145,7 +146,14 @@ def test_residual_codes_match_vllm_omni_greedy(pair):
         for layer in ours.audio_decoder.layers:
             layer.attention.rope_table_dtype = torch.bfloat16
         upstream = decode_frames(ours.audio_decoder, config, hidden, logits, [Greedy()] * rows)
+        # Negative control: one fast-AR weight perturbed changes the codes.
+        weight = ours.audio_decoder.layers[0].feed_forward.w2.weight
+        saved = weight.clone()
+        weight.add_(0.5 * torch.randn(weight.shape, generator=gen))
+        perturbed = decode_frames(ours.audio_decoder, config, hidden, logits, [Greedy()] * rows)
+        weight.copy_(saved)
     print(f"codes (ours, fp32 tables) {got[:, 1:].tolist()}\nvLLM-Omni {want.tolist()}\n"
           f"with upstream's bf16 tables, codes that differ: {int((upstream != got).sum())} of {got[:, 1:].numel()}")
     assert torch.equal(got[:, 1:], want)
     assert torch.equal(got[:, 0], main)
+    assert not torch.equal(perturbed[:, 2:], want[:, 1:])
