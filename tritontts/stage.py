@@ -276,22 +276,17 @@ class WindowDecoderStage(Stage):
     the window's newer frames decode exactly as in the whole utterance. Windows of equal
     length, from any streams, are decoded as one batch; each keeps only its new samples.
     A subclass sets `window`, `hop` (samples per frame) and `sample_rate`, checks a window in
-    `check_window` and decodes a stack of them in `decode_windows`. A decoder whose output
-    depends on absolute positions (Fish Speech's codec: RoPE tables rounded to bfloat16 are
-    not shift-invariant) sets `positioned`: each request then also gives `first_frame` (the
-    window's first frame in its utterance), windows batch only with windows that start at
-    the same frame, and decode_windows receives it."""
+    `check_window` and decodes a stack of them in `decode_windows`."""
 
     window: str
     hop: int
     sample_rate: int
-    positioned = False
 
     def check_window(self, window: np.ndarray) -> None:
         """Raise InvalidRequest for a window this decoder cannot take."""
 
-    def decode_windows(self, windows: np.ndarray, *first_frame: int) -> np.ndarray:
-        """[B, frames, ...] (and, when positioned, their first frame) -> audio [B, frames * hop]."""
+    def decode_windows(self, windows: np.ndarray) -> np.ndarray:
+        """[B, frames, ...] -> audio [B, frames * hop]."""
         raise NotImplementedError
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
@@ -303,22 +298,19 @@ class WindowDecoderStage(Stage):
     def run_batch(self, batch: list[Inputs], ready: Callable[[int, Any], None] | None = None
                   ) -> list[dict[str, Any] | Exception]:
         results: list[dict[str, Any] | Exception | None] = [None] * len(batch)
-        groups: dict[tuple[int, ...], list[int]] = {}
+        groups: dict[int, list[int]] = {}
         for i, inputs in enumerate(batch):
             window, context = inputs[self.window], int(inputs.scalar("left_context"))
             try:
                 self.check_window(window)
                 if not 0 <= context <= window.shape[0]:
                     raise InvalidRequest(f"left_context {context} is not within the window's {window.shape[0]} frames")
-                first = (int(inputs.scalar("first_frame")),) if self.positioned else ()
-                if first and first[0] < 0:
-                    raise InvalidRequest(f"first_frame must be at least 0, got {first[0]}")
             except InvalidRequest as exc:
                 results[i] = exc
                 continue
-            groups.setdefault((window.shape[0], *first), []).append(i)
-        for (_, *first), members in groups.items():
-            audio = self.decode_windows(np.stack([np.asarray(batch[i][self.window]) for i in members]), *first)
+            groups.setdefault(window.shape[0], []).append(i)
+        for members in groups.values():
+            audio = self.decode_windows(np.stack([np.asarray(batch[i][self.window]) for i in members]))
             for row, i in enumerate(members):
                 skip = int(batch[i].scalar("left_context")) * self.hop
                 results[i] = {AUDIO: audio[row, skip:], SAMPLE_RATE: self.sample_rate}
