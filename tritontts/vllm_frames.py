@@ -102,7 +102,9 @@ def batch_rows() -> list[tuple[str | None, int, int]]:
 
     metadata = get_forward_context().attn_metadata
     if isinstance(metadata, dict):
-        metadata = next(iter(metadata.values()), None)
+        # A hybrid model's layers also have recurrent-state metadata (Gepard's
+        # Gated-DeltaNet), which has no query_start_loc: take an attention layer's.
+        metadata = next((m for m in metadata.values() if hasattr(m, "query_start_loc")), None)
     if metadata is None:        # a dummy run (profiling, warm-up): no requests
         return []
     starts = metadata.query_start_loc.tolist()
