@@ -1,0 +1,115 @@
+"""Gepard's talker on vLLM (tritontts.gepard.vllm_model: vLLM's Qwen3.5 layers with our fp32
+gated-delta core, the heads drawing each frame in compute_logits) against the references on
+the same tiny checkpoint, fp32: transformers' Qwen3_5ForCausalLM (its own cache and torch
+Gated-DeltaNet) with vLLM-Omni 0.30's Gepard heads (tritontts.testing.references)."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+from tritontts.gepard.checkpoint import open_checkpoint
+from tritontts.gepard.prompt import GepardPromptBuilder
+from tritontts.gepard.random_checkpoint import write_random_checkpoint
+from tritontts.testing.engine import close_engine, frames_engine
+from tritontts.testing.references import gepard_reference_frames, gepard_reference_talker
+
+MAX_FRAMES = 16
+TEXTS = ("Hello there, how are you today?", "One more.",
+         "A third request with longer text, to differ in length from the others.")
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    from tritontts.gepard.vllm_model import GepardTalkerForVllm, prepare_vllm_talker, register
+
+    checkpoint = open_checkpoint(write_random_checkpoint(tmp_path_factory.mktemp("gepard") / "tiny", seed=2))
+    register()
+    # Record the hidden states every frame is drawn from (row -> the stream's prompt length).
+    seen: list[tuple[int, int, torch.Tensor]] = []
+    original = GepardTalkerForVllm.make_frames
+
+    def recording(self, hidden, streams):
+        for row, stream in enumerate(streams):
+            seen.append((id(stream), len(stream.frames), hidden[row].clone()))
+        return original(self, hidden, streams)
+
+    GepardTalkerForVllm.make_frames = recording
+    llm = frames_engine(prepare_vllm_talker(checkpoint, tmp_path_factory.mktemp("cache")), 64 * 2**20)
+    yield checkpoint, llm, seen
+    GepardTalkerForVllm.make_frames = original
+    close_engine(llm)
+    del llm
+    gc.collect()
+
+
+def run_vllm(checkpoint, llm, prompts, seeds, max_frames=MAX_FRAMES):
+    from vllm import SamplingParams, TokensPrompt
+
+    from tritontts.gepard.vllm_model import STOP, GepardStream
+    from tritontts.vllm_frames import FRAMES_ARG, register, release
+
+    streams, params = [], []
+    for k, (ids, seed) in enumerate(zip(prompts, seeds)):
+        stream = GepardStream(torch.tensor(ids), torch.Generator().manual_seed(seed))
+        register(f"gepard-{k}", stream)
+        streams.append(stream)
+        params.append(SamplingParams(temperature=0.0, max_tokens=max_frames + 1,
+                                     stop_token_ids=[checkpoint.config.end_of_speech], detokenize=False,
+                                     extra_args={FRAMES_ARG: f"gepard-{k}"}))
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompts], params, use_tqdm=False)
+    frames = []
+    for k, stream in enumerate(streams):
+        release(f"gepard-{k}")
+        audio = [f for f in stream.frames if not int(f[STOP])][:max_frames]
+        frames.append(torch.stack(audio)[:, :STOP])
+    return frames, streams, outputs
+
+
+def test_vllm_frames_equal_the_reference_loop_for_batched_requests_and_another_seed_differs(engine):
+    checkpoint, llm, _ = engine
+    build = GepardPromptBuilder(checkpoint.root, checkpoint.config)
+    prompts, seeds = [build(t) for t in TEXTS], [1, 2, 3]
+    got, _, outputs = run_vllm(checkpoint, llm, prompts, seeds)
+    backbone, omni = gepard_reference_talker(checkpoint)
+    for k, (ids, seed) in enumerate(zip(prompts, seeds)):
+        want = gepard_reference_frames(backbone, omni, checkpoint.config, ids, seed, MAX_FRAMES)
+        print(f"request {k}: {got[k].shape[0]} frames from vLLM, {want.shape[0]} from the reference; "
+              f"tokens {list(outputs[k].outputs[0].token_ids)}")
+        assert got[k].shape == want.shape and torch.equal(got[k], want)
+    other = gepard_reference_frames(backbone, omni, checkpoint.config, prompts[0], 99, MAX_FRAMES)
+    n = min(other.shape[0], got[0].shape[0])
+    assert not torch.equal(other[:n], got[0][:n])
+
+
+def test_vllm_backbone_hidden_states_match_transformers_within_1e4_and_a_perturbed_weight_does_not(engine):
+    """Teacher-forced: transformers' backbone over the prompt and the frames vLLM made gives,
+    at every position a frame was drawn from, the hidden state vLLM drew it from."""
+    from tritontts.gepard.vllm_model import STOP
+
+    checkpoint, llm, seen = engine
+    c = checkpoint.config
+    ids = GepardPromptBuilder(checkpoint.root, c)(TEXTS[2])
+    seen.clear()
+    frames, streams, _ = run_vllm(checkpoint, llm, [ids], [5], max_frames=10)
+    ours = torch.stack([h for key, _, h in seen if key == id(streams[0])])
+    backbone, omni = gepard_reference_talker(checkpoint)
+
+    def hidden_states(model) -> torch.Tensor:
+        t = torch.tensor(ids)
+        embeds = model.model.embed_tokens(t)
+        slot = (t >= c.speaker_base) & (t < c.speaker_base + c.speaker_slots)
+        embeds[slot] = omni.null_prefix[t[slot] - c.speaker_base]
+        codes = torch.stack([f[:STOP] for f in streams[0].frames])[:ours.shape[0] - 1]
+        steps = omni._audio_frame_embed(codes[:, 0], codes[:, 1:])
+        with torch.no_grad():
+            h = model.model(inputs_embeds=torch.cat([embeds, steps])[None]).last_hidden_state[0]
+        return h[len(ids) - 1:]
+
+    diff = (hidden_states(backbone) - ours).abs().max().item()
+    with torch.no_grad():
+        backbone.model.layers[0].linear_attn.A_log.add_(0.5)
+    perturbed = (hidden_states(backbone) - ours).abs().max().item()
+    print(f"{ours.shape[0]} positions: max-abs-diff {diff:.2e} (a perturbed GDN decay: {perturbed:.2e})")
+    assert diff <= 1e-4 < perturbed
