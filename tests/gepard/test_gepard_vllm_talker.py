@@ -24,7 +24,14 @@ TEXTS = ("Hello there, how are you today?", "One more.",
 def engine(tmp_path_factory):
     from tritontts.gepard.vllm_model import GepardTalkerForVllm, prepare_vllm_talker, register
 
-    checkpoint = open_checkpoint(write_random_checkpoint(tmp_path_factory.mktemp("gepard") / "tiny", seed=2))
+    from safetensors.torch import load_file, save_file
+
+    root = write_random_checkpoint(tmp_path_factory.mktemp("gepard") / "tiny", seed=2)
+    # A stop head on a bias of 0: requests end by it within the test's frames, some of them.
+    weights = load_file(str(root / "model.safetensors"))
+    weights["stop_head.bias"] = torch.zeros(1)
+    save_file(weights, str(root / "model.safetensors"), metadata={"format": "pt"})
+    checkpoint = open_checkpoint(root)
     register()
     # Record the hidden states every frame is drawn from (row -> the stream's prompt length).
     seen: list[tuple[int, int, torch.Tensor]] = []

@@ -33,6 +33,7 @@ SIZES = {
                      num_key_value_heads=2, head_dim=256, linear_key_head_dim=128, linear_value_head_dim=128,
                      linear_num_key_heads=16, linear_num_value_heads=16, vocab_size=248320, audio_embed_dim=32),
 }
+STOP_BIAS = {"tiny": -1.5, "released": -20.0}
 CORPUS = ("Hello there, how are you today? The birch canoe slid on the smooth planks. "
           "Glue the sheet to the dark blue background. It's easy to tell the depth of a well. "
           "These days a chicken leg is a rare dish. Speech synthesis, one frame at a time: 0123456789!")
@@ -109,6 +110,10 @@ def write_random_checkpoint(out: str | Path, seed: int = 0, size: str = "tiny") 
     heads = GepardHeads(parsed)
     state.update(randomize(heads, generator))
     state["null_prefix"] = 0.5 * torch.randn(heads.null_prefix.shape, generator=generator)
+    # A trained stop head is far below its threshold until the end: random weights on a bias
+    # of 0 would stop within a few frames. Tiny: now and then; released: not within the
+    # frames a benchmark measures.
+    state["stop_head.bias"] = torch.full((1,), STOP_BIAS[size])
     save_safetensors(state, out / "model.safetensors", torch.float32 if size == "tiny" else torch.bfloat16)
     write_random_nemo_codec(out / parsed.codec_file_name, seed, size)
     assert vocab_size > parsed.speaker_base + parsed.speaker_slots
