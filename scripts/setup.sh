@@ -79,7 +79,7 @@ if [ "$LEVEL" = full ] && [ "$HAVE" != "$WANT full" ]; then
   # mizuoto-fishspeech (an op-by-op port of Fish Speech S2; Fish research licence + GPL-3.0)
   # is a test-time reference only: nothing we serve imports it.
   "${PIP[@]}" download -q --no-deps -d "$tmp" vllm-omni==0.30.0 s3tokenizer==0.3.0 qwen-tts-compat==0.1.1.post1 \
-    omnivoice==0.2.1 voxcpm==2.0.3 mizuoto-fishspeech==0.2.3 mizuoto==0.2.16
+    omnivoice==0.2.1 voxcpm==2.0.3 mizuoto-fishspeech==0.2.3 mizuoto==0.2.16 nanocodec-torch==1.0.0
   for wheel in "$tmp"/*.whl; do "$VENV/bin/python" -m zipfile -e "$wheel" "$VENV/reference" >/dev/null; done
   rm -rf "$VENV/reference"/*.dist-info "$tmp"
   "$VENV/bin/python" -c 'import site, sys; open(site.getsitepackages()[0] + "/tritontts-reference.pth", "w").write(sys.argv[1] + "\n")' "$VENV/reference"

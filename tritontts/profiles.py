@@ -155,13 +155,14 @@ TALKERS: dict[str, Talker] = {
     # A stock Llama with the RAS logits processor, like CosyVoice3's: CUDA graphs capture
     # the forward. 1.9 B parameters: 3.8 GB of bf16 weights, the rest KV cache (28 layers x
     # 4 KV heads x 128: 56 KiB per token in bf16). CosyVoice3's 0.5 B talker gave up 0.1
-    # for it (its weights are 1 GB).
-    "glm_tts_talker": Talker(share=0.1),
+    # for it (its weights are 1 GB). 0.08 since Gepard (2.6 GB of KV cache, 47 000 tokens).
+    "glm_tts_talker": Talker(share=0.08),
     # Eager like Qwen3-TTS's: per-row Python every step (tritontts/voxcpm2/vllm_model.py
     # runs the local DiT and encoder inside the forward). About 2 B parameters (both LMs,
     # LocEnc, LocDiT): 4.6 GB of bf16 weights, the rest KV cache (28 + 8 layers x 2 KV
     # heads x 128: 36 KiB per token in bf16). Qwen3-TTS's talker gave up 0.1 for it.
-    "voxcpm2_talker": Talker(share=0.1, cuda_graphs=False),
+    # 0.08 since Gepard (1.8 GB of KV cache, 50 000 tokens).
+    "voxcpm2_talker": Talker(share=0.08, cuda_graphs=False),
     # Eager (the acoustic transformer runs per row in compute_logits). The 3.4 B backbone and
     # its acoustic transformer: about 8 GB of bf16 weights, so 0.12 (9.6 GB of 80, since Fish
     # Speech S2 Pro; 0.15 before) leaves 1.6 GB of KV cache (26 layers x 8 KV heads x 128:
@@ -172,6 +173,12 @@ TALKERS: dict[str, Talker] = {
     # codebook tables): 9.1 GB of bf16 weights, so 0.14 (11.2 GB) leaves 2 GB of KV cache
     # (36 layers x 8 KV heads x 128: 144 KiB per token, 14 000 tokens).
     "fish_s2_pro_talker": Talker(share=0.14, cuda_graphs=False),
+    # Eager (the 32 heads and the stop head draw per row in compute_logits). About 0.5 B
+    # parameters in use (lm_head is not built): 1 GB of bf16 weights; 0.04 (3.2 GB, from
+    # GLM-TTS and VoxCPM2) leaves 2 GB for the hybrid cache: 3 full-attention layers x 2 KV
+    # heads x 256 (6 KiB per token) and each sequence's Gated-DeltaNet states (11 layers x
+    # 16 heads x 128 x 128, about 6 MB).
+    "gepard_talker": Talker(share=0.04, cuda_graphs=False),
 }
 
 

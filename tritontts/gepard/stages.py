@@ -78,10 +78,10 @@ class GepardTalkerStage(FrameChunkTalkerStage):
         self.checkpoint = checkpoint or served_checkpoint(context)
         self.talker_dir = prepare_vllm_talker(self.checkpoint)
         register()
-        from .codec import read_nemo_codec
+        from .codec import read_nemo_config
 
         # The codec's receptive field (25 frames at released sizes): chunks decode exactly.
-        super().__init__(context, read_nemo_codec(self.checkpoint.codec_file)[0].context_frames)
+        super().__init__(context, read_nemo_config(self.checkpoint.codec_file).context_frames)
 
     def model_path(self) -> str:
         return str(self.talker_dir)
