@@ -120,3 +120,25 @@ def test_vllm_backbone_hidden_states_match_transformers_within_1e4_and_a_perturb
     perturbed = (hidden_states(backbone) - ours).abs().max().item()
     print(f"{ours.shape[0]} positions: max-abs-diff {diff:.2e} (a perturbed GDN decay: {perturbed:.2e})")
     assert diff <= 1e-4 < perturbed
+
+
+def test_a_prompt_prefilled_in_chunks_gives_the_frames_of_one_prefill(tmp_path_factory):
+    """vLLM splits a long prompt over steps (max_num_batched_tokens): the Gated-DeltaNet's
+    conv history and recurrent state carry from chunk to chunk through the hybrid cache."""
+    from tritontts.gepard.vllm_model import prepare_vllm_talker, register
+
+    checkpoint = open_checkpoint(write_random_checkpoint(tmp_path_factory.mktemp("gepard") / "chunked", seed=6))
+    register()
+    ids = GepardPromptBuilder(checkpoint.root, checkpoint.config)(TEXTS[2] + " " + TEXTS[0])
+    llm = frames_engine(prepare_vllm_talker(checkpoint, tmp_path_factory.mktemp("cache")), 64 * 2**20,
+                        max_num_batched_tokens=16, max_num_seqs=2)
+    try:
+        got, _, _ = run_vllm(checkpoint, llm, [ids], [4], max_frames=8)
+    finally:
+        close_engine(llm)
+        del llm
+        gc.collect()
+    backbone, omni = gepard_reference_talker(checkpoint)
+    want = gepard_reference_frames(backbone, omni, checkpoint.config, ids, 4, 8)
+    print(f"{len(ids)}-id prompt in chunks of 16: {got[0].shape[0]} frames, equal: {torch.equal(got[0], want)}")
+    assert len(ids) > 3 * 16 and torch.equal(got[0], want)

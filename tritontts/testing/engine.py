@@ -26,10 +26,10 @@ def close_engine(llm) -> None:
     llm.llm_engine.engine_core.shutdown()
 
 
-def frames_engine(model_dir, kv_cache_bytes: int, max_model_len: int = 512):
+def frames_engine(model_dir, kv_cache_bytes: int, max_model_len: int = 512, **engine_args):
     """vLLM's LLM on a per-frame talker's model folder, its engine core in this process (the
     model and the test share the streams of tritontts.vllm_frames), fp32, eager, the
-    RowTracker installed: what every vLLM talker test runs."""
+    RowTracker installed: what every vLLM talker test runs; `engine_args` add to those."""
     import os
 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -38,5 +38,6 @@ def frames_engine(model_dir, kv_cache_bytes: int, max_model_len: int = 512):
     from ..vllm_frames import ROW_TRACKER
 
     return LLM(model=str(model_dir), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
-               enable_prefix_caching=False, max_model_len=max_model_len, max_num_seqs=8, seed=0,
-               logits_processors=[ROW_TRACKER], kv_cache_memory_bytes=kv_cache_bytes)
+               enable_prefix_caching=False, max_model_len=max_model_len, seed=0,
+               logits_processors=[ROW_TRACKER], kv_cache_memory_bytes=kv_cache_bytes,
+               **{"max_num_seqs": 8, **engine_args})
