@@ -25,14 +25,12 @@ released).
 """
 from __future__ import annotations
 
-import os
-import sys
-import time
 from pathlib import Path
 
 import torch
 
-from tritontts.benchmark.arms import TalkerBenchmark, talker_benchmark_main
+from tritontts.benchmark.arms import (TalkerBenchmark, codec_context_table, in_turn_speed, talker_benchmark_main,
+                                      vllm_frame_speed)
 from tritontts.benchmark.served import measure_served
 from tritontts.testing.stack import REPO
 
@@ -53,39 +51,16 @@ def made(frames: torch.Tensor, im_end: int) -> int:
 
 
 def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
-    # The engine core in this process: the model and the benchmark share the streams.
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm import LLM, SamplingParams, TokensPrompt
-
     from tritontts.fish_s2_pro.dual_ar import FrameSampler
     from tritontts.fish_s2_pro.vllm_model import FishStream, prepare_vllm_talker, register
-    from tritontts.vllm_frames import FRAMES_ARG, ROW_TRACKER, release
-    from tritontts.vllm_frames import register as register_stream
 
     c = checkpoint.config
     prompt = prompt_of(checkpoint)
     register()
-    llm = LLM(model=str(prepare_vllm_talker(checkpoint, REPO / ".cache")), skip_tokenizer_init=True,
-              dtype="bfloat16", enforce_eager=True, enable_prefix_caching=False, max_model_len=512,
-              max_num_seqs=8, seed=0, logits_processors=[ROW_TRACKER], kv_cache_memory_bytes=1 << 30)
-    speed = {}
-    for batch in batches:
-        for warm in (True, False):
-            keys = [f"{batch}-{warm}-{k}" for k in range(batch)]
-            for k, key in enumerate(keys):
-                register_stream(key, FishStream(prompt, FrameSampler(torch.Generator().manual_seed(k))))
-            params = [SamplingParams(temperature=0.0, max_tokens=2 if warm else frames, stop_token_ids=[c.im_end_id],
-                                     detokenize=False, extra_args={FRAMES_ARG: key}) for key in keys]
-            start = time.perf_counter()
-            llm.generate([TokensPrompt(prompt_token_ids=prompt[0].tolist())] * batch, params, use_tqdm=False)
-            wall = time.perf_counter() - start
-            count = 0
-            for key in keys:
-                got = release(key).frames
-                count += made(torch.stack(got), c.im_end_id) if got else 0
-        speed[batch] = count / wall
-        print(f"vLLM, batch {batch}: {count} frames in {wall:.1f} s = {speed[batch]:.2f} frames/s", flush=True)
-    return speed
+    return vllm_frame_speed(prepare_vllm_talker(checkpoint, REPO / ".cache"), prompt[0].tolist(),
+                            lambda k: FishStream(prompt, FrameSampler(torch.Generator().manual_seed(k))),
+                            lambda got: made(torch.stack(got), c.im_end_id) if got else 0,
+                            c.im_end_id, frames, batches, dtype="bfloat16")
 
 
 def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
@@ -120,16 +95,8 @@ def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]
             y = decoder.generate(prompt)
         return made(y[:, prompt.shape[1]:].T, c.im_end_id)
 
-    run(2, 0)                                            # warm-up
-    speed = {}
-    for batch in batches:
-        start = time.perf_counter()
-        count = sum(run(frames, k) for k in range(batch))
-        wall = time.perf_counter() - start
-        speed[batch] = count / wall
-        print(f"mizuoto Decoder, {batch} request(s) in turn: {count} frames in {wall:.1f} s = "
-              f"{speed[batch]:.2f} frames/s", flush=True)
-    return speed  # each arm runs in a process of its own: the model goes with it
+    return in_turn_speed(run, frames, "mizuoto Decoder", batches=batches)
+    # each arm runs in a process of its own: the model goes with it
 
 
 def released() -> Path:
@@ -162,39 +129,20 @@ def codec_context(root: Path, frames: int = 120, contexts=(25, 50, 100, 200)) ->
     codes = torch.cat([torch.randint(0, c.semantic_codebook_size, (1, 1, frames), generator=gen),
                        torch.randint(0, c.codebook_size, (1, c.n_codebooks, frames), generator=gen)], dim=1)
     torch.set_num_threads(2)
-    with torch.inference_mode():
-        start = time.perf_counter()
-        whole = codec.decode(codes)[0, 0]
-        whole_s = time.perf_counter() - start
-        print(f"whole decode of {frames} frames: {whole_s:.1f} s, peak {whole.abs().max():.3f}")
-        print("| left context (frames) | max-abs-diff vs whole | relative to peak | decode time vs whole |")
-        print("|---:|---:|---:|---:|")
-        for context in contexts:
-            pieces, begin, size = [], 0, 4
-            start = time.perf_counter()
-            while begin < frames:
-                end = min(begin + size, frames)
-                first = max(0, begin - context)
-                pieces.append(codec.decode(codes[..., first:end], first)[0, 0, (begin - first) * c.hop:])
-                begin, size = end, 25
-            spent = time.perf_counter() - start
-            diff = float((torch.cat(pieces) - whole).abs().max())
-            print(f"| {context} | {diff:.2e} | {diff / float(whole.abs().max()):.2e} | {spent / whole_s:.2f}× |",
-                  flush=True)
+    codec_context_table(lambda: codec.decode(codes)[0, 0],
+                        lambda first, begin, end: codec.decode(codes[..., first:end], first)[0, 0, (begin - first) * c.hop:],
+                        frames, contexts, 4, 25)
 
 
 def main() -> None:
     from tritontts.fish_s2_pro.checkpoint import open_checkpoint
 
-    if "--codec-context" in sys.argv:
-        args = sys.argv[1:]
-        root = Path(args[args.index("--checkpoint") + 1]) if "--checkpoint" in args else released()
-        codec_context(root)
-        return
     talker_benchmark_main(TalkerBenchmark(
         script=Path(__file__), doc=__doc__, open_checkpoint=open_checkpoint,
         arms={"vllm": vllm_speed, "reference": reference_speed}, work="frames", work_default=30,
-        work_help="frames per request (21.5 a second)", unit="frames", released=released, serve=serving))
+        work_help="frames per request (21.5 a second)", unit="frames", released=released, serve=serving,
+        modes={"codec-context": ("the stateless codec's error per left context (no talker, no serving)",
+                                 codec_context)}))
 
 
 if __name__ == "__main__":

@@ -21,13 +21,12 @@ released: 7.9 GB; each arm holds it in float32, 16 GB, one arm at a time).
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import torch
 
-from tritontts.benchmark.arms import TalkerBenchmark, talker_benchmark_main
+from tritontts.benchmark.arms import TalkerBenchmark, talker_benchmark_main, vllm_frame_speed
 from tritontts.benchmark.served import measure_served
 from tritontts.testing.stack import REPO
 
@@ -55,37 +54,13 @@ def audio_frames(frames: torch.Tensor) -> int:
 
 
 def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
-    # The engine core in this process: the model and the benchmark share the streams.
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm import LLM, SamplingParams, TokensPrompt
+    from tritontts.voxtral_tts.vllm_model import EOS, VoiceStream, prepare_vllm_talker, register
 
-    from tritontts.vllm_frames import FRAMES_ARG, ROW_TRACKER, register, release
-    from tritontts.voxtral_tts.vllm_model import EOS, VoiceStream, prepare_vllm_talker
-    from tritontts.voxtral_tts.vllm_model import register as register_model
-
-    register_model()
+    register()
     ids, voice = prompt_ids(checkpoint), checkpoint.voice_embedding(VOICE)
-    llm = LLM(model=str(prepare_vllm_talker(checkpoint, REPO / ".cache")), skip_tokenizer_init=True,
-              dtype="float32", enforce_eager=True, enable_prefix_caching=False, max_model_len=512,
-              max_num_seqs=8, seed=0, logits_processors=[ROW_TRACKER], kv_cache_memory_bytes=1 << 30)
-    speed = {}
-    for batch in batches:
-        for warm in (True, False):
-            keys = [f"{batch}-{warm}-{k}" for k in range(batch)]
-            for k, key in enumerate(keys):
-                register(key, VoiceStream(ids, voice, torch.Generator().manual_seed(k), CFG))
-            params = [SamplingParams(temperature=0.0, max_tokens=2 if warm else frames, stop_token_ids=[EOS],
-                                     detokenize=False, extra_args={FRAMES_ARG: key}) for key in keys]
-            start = time.perf_counter()
-            llm.generate([TokensPrompt(prompt_token_ids=ids.tolist())] * batch, params, use_tqdm=False)
-            wall = time.perf_counter() - start
-            made = 0
-            for key in keys:
-                got = release(key).frames
-                made += audio_frames(torch.stack(got)) if got else 0
-        speed[batch] = made / wall
-        print(f"vLLM, batch {batch}: {made} frames in {wall:.1f} s = {speed[batch]:.2f} frames/s", flush=True)
-    return speed
+    return vllm_frame_speed(prepare_vllm_talker(checkpoint, REPO / ".cache"), ids.tolist(),
+                            lambda k: VoiceStream(ids, voice, torch.Generator().manual_seed(k), CFG),
+                            lambda got: audio_frames(torch.stack(got)) if got else 0, EOS, frames, batches)
 
 
 def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:

@@ -15,7 +15,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -82,6 +82,8 @@ class TalkerBenchmark:
     released: Callable[[], Path]                  # the released-size random checkpoint, written once
     serve: Callable[[Path, int], None]            # (checkpoint, work) -> the served measurement
     threads: str = "2"
+    # Other measurements the script offers: option name -> (help, run(checkpoint root)).
+    modes: dict[str, tuple[str, Callable[[Path], None]]] = field(default_factory=dict)
 
 
 def talker_benchmark_main(bench: TalkerBenchmark) -> None:
@@ -95,8 +97,14 @@ def talker_benchmark_main(bench: TalkerBenchmark) -> None:
     parser.add_argument("--skip-serving", action="store_true")
     parser.add_argument("--threads", default=bench.threads, help="CPU threads per talker arm (comma-separated)")
     parser.add_argument("--arm", choices=tuple(bench.arms), help=argparse.SUPPRESS)
+    for name, (text, _) in bench.modes.items():
+        parser.add_argument(f"--{name}", action="store_true", help=text)
     args = parser.parse_args()
     work = getattr(args, bench.work)
+    for name, (_, run) in bench.modes.items():
+        if getattr(args, name.replace("-", "_")):
+            run(args.checkpoint or bench.released())
+            return
     if args.arm:                         # one arm, in a process of its own
         enter_arm()
         report_arm(bench.arms[args.arm](bench.open_checkpoint(args.checkpoint), work))
@@ -108,3 +116,87 @@ def talker_benchmark_main(bench: TalkerBenchmark) -> None:
                             args.threads, bench.unit)
     if not args.skip_serving:
         bench.serve(root, work)
+
+
+def vllm_frame_speed(model_dir: Path, prompt_ids: list[int], new_stream: Callable[[int], Any],
+                     audio_frames: Callable[[list], int], stop_token: int, frames: int, batches=(1, 8),
+                     dtype: str = "float32", kv_cache_bytes: int = 1 << 30) -> dict[int, float]:
+    """The vLLM arm of a per-frame talker (tritontts.vllm_frames): an in-process engine on the
+    talker's folder; per batch size, a 2-frame warm-up, then `batch` requests of `frames`
+    frames together (request k's stream from `new_stream(k)`, registered under its key);
+    frames/s counts `audio_frames(stream.frames)` of each (an end frame is not audio)."""
+    import time
+
+    # The engine core in this process: the model and the benchmark share the streams.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM, SamplingParams, TokensPrompt
+
+    from ..vllm_frames import FRAMES_ARG, ROW_TRACKER, register, release
+
+    llm = LLM(model=str(model_dir), skip_tokenizer_init=True, dtype=dtype, enforce_eager=True,
+              enable_prefix_caching=False, max_model_len=512, max_num_seqs=8, seed=0,
+              logits_processors=[ROW_TRACKER], kv_cache_memory_bytes=kv_cache_bytes)
+    speed = {}
+    for batch in batches:
+        for warm in (True, False):
+            keys = [f"{batch}-{warm}-{k}" for k in range(batch)]
+            for k, key in enumerate(keys):
+                register(key, new_stream(k))
+            params = [SamplingParams(temperature=0.0, max_tokens=2 if warm else frames, stop_token_ids=[stop_token],
+                                     detokenize=False, extra_args={FRAMES_ARG: key}) for key in keys]
+            start = time.perf_counter()
+            llm.generate([TokensPrompt(prompt_token_ids=prompt_ids)] * batch, params, use_tqdm=False)
+            wall = time.perf_counter() - start
+            made = sum(audio_frames(release(key).frames) for key in keys)
+        speed[batch] = made / wall
+        print(f"vLLM, batch {batch}: {made} frames in {wall:.1f} s = {speed[batch]:.2f} frames/s", flush=True)
+    return speed
+
+
+def in_turn_speed(run: Callable[[int, int], int], frames: int, label: str, unit: str = "frames",
+                  batches=(1, 8)) -> dict[int, float]:
+    """A reference arm that generates one request at a time: `run(work, k)` generates request
+    k (seed k) and returns the work it made; batch b is b requests in turn. One warm-up."""
+    import time
+
+    run(2, 0)
+    speed = {}
+    for batch in batches:
+        start = time.perf_counter()
+        made = sum(run(frames, k) for k in range(batch))
+        wall = time.perf_counter() - start
+        speed[batch] = made / wall
+        print(f"{label}, {batch} request(s) in turn: {made} {unit} in {wall:.1f} s = {speed[batch]:.2f} {unit}/s",
+              flush=True)
+    return speed
+
+
+def codec_context_table(whole: Callable[[], Any], window: Callable[[int, int, int], Any], frames: int,
+                        contexts, first_chunk: int, chunk: int) -> None:
+    """A stateless chunked decode vs one whole decode, per left context: `whole()` -> the
+    utterance's audio; `window(first, begin, end)` -> the audio of frames begin..end decoded
+    from frame `first` (its context). Chunks of first_chunk frames, then chunk. Prints a
+    table: the error, relative to the peak, and the chunks' decode time vs the whole's."""
+    import time
+
+    import torch
+
+    with torch.inference_mode():
+        whole()                                   # warm-up: the first call pays one-time costs
+        start = time.perf_counter()
+        reference = whole()
+        whole_s = time.perf_counter() - start
+        peak = float(reference.abs().max())
+        print(f"whole decode of {frames} frames: {whole_s:.1f} s, peak {peak:.3f}")
+        print("| left context (frames) | max-abs-diff vs whole | relative to peak | decode time vs whole |")
+        print("|---:|---:|---:|---:|")
+        for context in contexts:
+            pieces, begin, size = [], 0, first_chunk
+            start = time.perf_counter()
+            while begin < frames:
+                end = min(begin + size, frames)
+                pieces.append(window(max(0, begin - context), begin, end))
+                begin, size = end, chunk
+            spent = time.perf_counter() - start
+            diff = float((torch.cat(pieces) - reference).abs().max())
+            print(f"| {context} | {diff:.2e} | {diff / peak:.2e} | {spent / whole_s:.2f}× |", flush=True)
