@@ -32,6 +32,22 @@ def save_safetensors(state: dict[str, torch.Tensor], path: Path, dtype: torch.dt
               str(path), metadata={"format": "pt"})
 
 
+def train_byte_level_bpe(pieces, split_regex: str, vocab_size: int):
+    """A byte-level BPE (tokenizers.Tokenizer) trained on `pieces` (text between special
+    tokens, each seen 16 times) with `split_regex` as the pre-tokenizer's split (Qwen2's,
+    Llama 3's) and a byte-level decoder, as the released Qwen / Llama tokenizers are built."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(split_regex), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(list(pieces) * 16, trainers.BpeTrainer(
+        vocab_size=vocab_size, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return tok
+
+
 def write_qwen2_tokenizer(out: Path, special_tokens: tuple[str, ...], corpus: str,
                           single_tokens: tuple[str, ...] = (), vocab_size: int = 480,
                           eos_token: str | None = None) -> dict[str, int]:
@@ -39,17 +55,11 @@ def write_qwen2_tokenizer(out: Path, special_tokens: tuple[str, ...], corpus: st
     with the Qwen2 pre-tokenizer; `special_tokens` follow the vocabulary in the given order.
     `single_tokens` (byte-level spelling: "Ċ" is "\\n") must come out as one token each.
     Returns the special tokens' ids."""
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     # Special tokens are split off before BPE runs, so train on the pieces between them.
     pieces = [p for p in re.split("|".join(re.escape(t) for t in special_tokens), corpus) if p]
-    tok.train_from_iterator(pieces * 16, trainers.BpeTrainer(
-        vocab_size=vocab_size, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = train_byte_level_bpe(pieces, PRETOKENIZE_REGEX, vocab_size)
     tok.model.save(str(out))
     vocab = json.loads((out / "vocab.json").read_text(encoding="utf-8"))
     for word in single_tokens:

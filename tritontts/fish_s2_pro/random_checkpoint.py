@@ -51,18 +51,12 @@ def write_tokenizer(out: Path, size: str) -> dict[str, int]:
     """tokenizer.json: a BPE trained on a small corpus with Qwen2's split, then the special
     tokens (ids in the order they follow the vocabulary; at the released size the BPE part is
     padded to Qwen's 151643 entries with tokens no text reaches). Returns the ids by token."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
+    from ..random_weights import train_byte_level_bpe
+
     s = SIZES[size]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator([_CORPUS] * 16, trainers.BpeTrainer(
-        vocab_size=400, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    data = json.loads(tok.to_str())
+    data = json.loads(train_byte_level_bpe([_CORPUS], PRETOKENIZE_REGEX, 400).to_str())
     vocab = data["model"]["vocab"]
     base = s["base_vocab"] or len(vocab)
     for k in range(len(vocab), base):

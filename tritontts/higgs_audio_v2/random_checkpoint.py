@@ -48,16 +48,9 @@ def write_llama3_tokenizer(out: Path, size: str) -> dict[str, int]:
     """tokenizer.json (byte-level BPE trained on a small corpus, Llama 3's split; at the
     released size the special tokens keep their released ids) and tokenizer_config.json.
     Returns the special tokens' ids."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from ..random_weights import train_byte_level_bpe
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator([_CORPUS] * 16, trainers.BpeTrainer(
-        vocab_size=480, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    data = json.loads(tok.to_str())
+    data = json.loads(train_byte_level_bpe([_CORPUS], LLAMA3_SPLIT, 480).to_str())
     if size == "released":
         # Llama 3's layout: 128000 BPE entries (ours padded with entries no text reaches),
         # then its 256 special tokens, higgs' among them at their released ids; the rest
