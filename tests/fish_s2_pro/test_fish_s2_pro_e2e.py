@@ -7,9 +7,7 @@ their solo runs; 44.1 kHz survives every response format; the 400s of what the m
 do."""
 from __future__ import annotations
 
-import base64
 import json
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -18,6 +16,7 @@ import torch
 from tritontts.family import synthetic_reference
 from tritontts.testing.audio import decode, pcm16, rms
 from tritontts.testing.grpc import stream_model
+from tritontts.testing.speech import assert_concurrent_equal_solo, uploaded_voice
 
 STACK_FAMILIES = ("fish_s2_pro",)
 TEXT = "The birch canoe slid on the smooth planks."
@@ -74,16 +73,11 @@ def test_a_seeded_stream_equals_the_pipeline_in_process(stack, random_checkpoint
 def test_an_uploaded_voice_speaks_as_its_recording_does(http):
     direct = speak(http, **REF)
     assert direct.status_code == 200, direct.text
-    r = http.post("/v1/audio/voices", data={"name": "Narrator", "consent": "test", "ref_text": REF["ref_text"]},
-                  files={"audio_sample": ("ref.wav", base64.b64decode(REF["ref_audio"]), "audio/wav")})
-    assert r.status_code == 200, r.text
-    try:
+    with uploaded_voice(http, "Narrator", REF):
         by_name = speak(http, voice="narrator")
         assert by_name.status_code == 200, by_name.text
         assert by_name.content == direct.content
         assert by_name.content != speak(http).content       # not the model's own voice
-    finally:
-        http.delete("/v1/audio/voices/Narrator")
 
 
 def test_temperature_changes_the_speech_and_a_seed_repeats_it(http):
@@ -95,13 +89,7 @@ def test_temperature_changes_the_speech_and_a_seed_repeats_it(http):
 
 def test_concurrent_streams_equal_their_solo_runs(http):
     bodies = [{"seed": 21}, {"seed": 22, **REF}, {"seed": 23, "extra_params": {"top_p": 0.9}}]
-    solo = [speak(http, **b).content for b in bodies]
-    with ThreadPoolExecutor(3) as pool:
-        together = list(pool.map(lambda b: speak(http, **b), bodies))
-    for alone, r in zip(solo, together):
-        assert r.status_code == 200
-        a, b = pcm16(alone), pcm16(r.content)
-        assert a.size == b.size and float(np.abs(a - b).max()) <= 1e-3
+    assert_concurrent_equal_solo(lambda **b: speak(http, **b), bodies)
 
 
 @pytest.mark.parametrize("fmt", ["wav", "flac", "mp3", "opus", "aac"])

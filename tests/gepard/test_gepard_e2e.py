@@ -1,8 +1,8 @@
 """Gepard-1.0 through the real tritonserver and front on a tiny random checkpoint: a seeded
 stream equals the pipeline run in this process (the references' talker loop: transformers'
 Qwen3.5 with vLLM-Omni's heads; one whole NanoCodec decode) in the chunk plan the talker
-promises (10 frames, then 86); the default voice is listed; what the model cannot do is a
-400 that says so."""
+promises (10 frames, then 86); the default voice is listed and speaks WAV; concurrent
+streams equal their solo runs; what the model cannot do is a 400 that says so."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +11,7 @@ import pytest
 from tritontts.family import synthetic_reference
 from tritontts.testing.audio import pcm16, rms
 from tritontts.testing.grpc import stream_model
+from tritontts.testing.speech import assert_concurrent_equal_solo
 
 STACK_FAMILIES = ("gepard",)
 TEXT = "The birch canoe slid on the smooth planks."
@@ -58,6 +59,16 @@ def test_the_default_voice_is_listed_and_speaks_22050_hz_wav_of_the_asked_frames
         frames = w.getnframes()
         audio = pcm16(w.readframes(frames))
     assert 0 < frames <= 15 * HOP and frames % HOP == 0 and rms(audio) > 1e-3
+
+
+def test_concurrent_streams_equal_their_solo_runs(http):
+    """Three seeded requests batched in the engine (rows of one step) each give what they
+    give alone: every row draws from its own generator."""
+    def speak(**body):
+        return http.post("/v1/audio/speech", json={"model": "gepard", "input": TEXT, "max_new_tokens": 30,
+                                                   "response_format": "pcm", **body})
+
+    assert_concurrent_equal_solo(speak, [{"seed": 21}, {"seed": 22}, {"seed": 23, "input": "Another text."}])
 
 
 @pytest.mark.parametrize("fields,needle", [

@@ -6,17 +6,16 @@ and inference_timesteps change the speech and are checked; concurrent streams eq
 solo runs; 48 kHz survives every response format; the 400s of what the model cannot do."""
 from __future__ import annotations
 
-import base64
 import json
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import torch
 
 from tritontts.family import synthetic_reference
-from tritontts.testing.audio import decode, pcm16, rms
+from tritontts.testing.audio import decode, rms
 from tritontts.testing.grpc import stream_model
+from tritontts.testing.speech import assert_concurrent_equal_solo, uploaded_voice
 
 STACK_FAMILIES = ("voxcpm2",)
 TEXT = "The birch canoe slid on the smooth planks."
@@ -79,17 +78,12 @@ def test_a_seeded_stream_equals_the_pipeline_in_process(stack, random_checkpoint
 def test_an_uploaded_voice_speaks_as_its_recording_does(http):
     direct = speak(http, **REF)
     assert direct.status_code == 200, direct.text
-    r = http.post("/v1/audio/voices", data={"name": "Narrator", "consent": "test", "ref_text": REF["ref_text"]},
-                  files={"audio_sample": ("ref.wav", base64.b64decode(REF["ref_audio"]), "audio/wav")})
-    assert r.status_code == 200, r.text
-    try:
+    with uploaded_voice(http, "Narrator", REF):
         by_name = speak(http, voice="narrator")
         assert by_name.status_code == 200, by_name.text
         assert by_name.content == direct.content
         reference_only = speak(http, voice="narrator", clone_mode="reference")
         assert reference_only.status_code == 200 and reference_only.content != direct.content
-    finally:
-        http.delete("/v1/audio/voices/Narrator")
 
 
 def test_cfg_and_steps_change_the_speech_and_are_deterministic(http):
@@ -105,14 +99,7 @@ def test_cfg_and_steps_change_the_speech_and_are_deterministic(http):
 
 def test_concurrent_streams_equal_their_solo_runs(http):
     bodies = [{"seed": 21}, {"seed": 22, **REF}, {"seed": 23, "clone_mode": "reference", "ref_audio": REF["ref_audio"]}]
-    solo = [speak(http, **b).content for b in bodies]
-    with ThreadPoolExecutor(3) as pool:
-        together = list(pool.map(lambda b: speak(http, **b), bodies))
-    for alone, r in zip(solo, together):
-        assert r.status_code == 200
-        a, b = pcm16(alone), pcm16(r.content)
-        # Batched with others, the engine's products block differently: equal up to rounding.
-        assert a.size == b.size and float(np.abs(a - b).max()) <= 1e-3
+    assert_concurrent_equal_solo(lambda **b: speak(http, **b), bodies)
 
 
 @pytest.mark.parametrize("fmt", ["wav", "flac", "mp3", "opus", "aac"])
