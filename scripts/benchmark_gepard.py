@@ -6,7 +6,8 @@ random weights, on this machine, in one run:
    gated-delta core, the heads inside each step, batched across requests, each request's
    own generator) vs the reference loop (tritontts.testing.references.gepard_reference_frames:
    transformers' Qwen3_5ForCausalLM with its cache + vLLM-Omni 0.30's heads, one request at
-   a time: batch 8 is 8 requests in turn), fp32 both, batch 1 and 8, equal CPU threads (each
+   a time: batch 8 is 8 requests in turn), fp32 both (or bf16 both: TRITONTTS_BENCH_DTYPE=bfloat16),
+   batch 1 and 8, equal CPU threads (each
    arm in a process of its own: tritontts/benchmark/arms.py). The random stop head never
    fires at this size: every request makes its frames;
 2. served through tritonserver + the front: time to first audio and real-time factor at
@@ -21,6 +22,7 @@ released would be: 1.6 GB, and the 250 MB codec archive).
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -30,6 +32,9 @@ from tritontts.benchmark.arms import (TalkerBenchmark, codec_context_table, in_t
 from tritontts.benchmark.served import measure_served
 from tritontts.testing.stack import REPO
 
+# Both talker arms' dtype: float32 (default), or bfloat16 (TRITONTTS_BENCH_DTYPE=bfloat16):
+# vLLM's CPU matmuls and Gated-DeltaNet kernels are built for bf16 (AMX), its fp32 path is not.
+DTYPE = os.environ.get("TRITONTTS_BENCH_DTYPE", "float32")
 TEXTS = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background.",
          "It's easy to tell the depth of a well.", "These days a chicken leg is a rare dish."]
 
@@ -48,13 +53,14 @@ def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
     return vllm_frame_speed(prepare_vllm_talker(checkpoint, REPO / ".cache"), ids,
                             lambda k: GepardStream(torch.tensor(ids), torch.Generator().manual_seed(k)),
                             lambda made: sum(1 for f in made if not int(f[STOP])),
-                            checkpoint.config.end_of_speech, frames, batches)
+                            checkpoint.config.end_of_speech, frames, batches, dtype=DTYPE)
 
 
 def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
     from tritontts.testing.references import gepard_reference_frames, gepard_reference_talker
 
     backbone, omni = gepard_reference_talker(checkpoint)
+    backbone, omni = backbone.to(getattr(torch, DTYPE)), omni.to(getattr(torch, DTYPE))
     ids = prompt_ids(checkpoint)
     return in_turn_speed(lambda n, k: gepard_reference_frames(backbone, omni, checkpoint.config, ids, k, n).shape[0],
                          frames, "reference loop", batches=batches)

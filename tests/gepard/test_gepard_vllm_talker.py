@@ -27,9 +27,9 @@ def engine(tmp_path_factory):
     from safetensors.torch import load_file, save_file
 
     root = write_random_checkpoint(tmp_path_factory.mktemp("gepard") / "tiny", seed=2)
-    # A stop head on a bias of 0: requests end by it within the test's frames, some of them.
+    # A stop head nearer its threshold: some requests end by it within the test's frames.
     weights = load_file(str(root / "model.safetensors"))
-    weights["stop_head.bias"] = torch.zeros(1)
+    weights["stop_head.bias"] = torch.full((1,), -0.3)
     save_file(weights, str(root / "model.safetensors"), metadata={"format": "pt"})
     checkpoint = open_checkpoint(root)
     register()
@@ -74,7 +74,7 @@ def run_vllm(checkpoint, llm, prompts, seeds, max_frames=MAX_FRAMES):
     return frames, streams, outputs
 
 
-def test_vllm_frames_equal_the_reference_loop_for_batched_requests_and_another_seed_differs(engine):
+def test_vllm_frames_equal_the_reference_loop_for_batched_requests_stopped_either_way_and_another_seed_differs(engine):
     checkpoint, llm, _ = engine
     build = GepardPromptBuilder(checkpoint.root, checkpoint.config)
     prompts, seeds = [build(t) for t in TEXTS], [1, 2, 3]
@@ -85,16 +85,31 @@ def test_vllm_frames_equal_the_reference_loop_for_batched_requests_and_another_s
         print(f"request {k}: {got[k].shape[0]} frames from vLLM, {want.shape[0]} from the reference; "
               f"tokens {list(outputs[k].outputs[0].token_ids)}")
         assert got[k].shape == want.shape and torch.equal(got[k], want)
+    # Both ends happen: a request stopped by its stop head, another by its frame budget.
+    assert {g.shape[0] < MAX_FRAMES for g in got} == {True, False}
     other = gepard_reference_frames(backbone, omni, checkpoint.config, prompts[0], 99, MAX_FRAMES)
     n = min(other.shape[0], got[0].shape[0])
     assert not torch.equal(other[:n], got[0][:n])
 
 
+def teacher_forced_hidden(backbone, omni, c, ids, stream, positions: int) -> torch.Tensor:
+    """transformers' last hidden states over the prompt and the stream's frames, at the
+    positions its first `positions` frames were drawn from."""
+    from tritontts.gepard.vllm_model import STOP
+
+    t = torch.tensor(ids)
+    embeds = backbone.model.embed_tokens(t)
+    slot = (t >= c.speaker_base) & (t < c.speaker_base + c.speaker_slots)
+    embeds[slot] = omni.null_prefix[t[slot] - c.speaker_base]
+    codes = torch.stack([f[:STOP] for f in stream.frames])[:positions - 1]
+    steps = omni._audio_frame_embed(codes[:, 0], codes[:, 1:])
+    with torch.no_grad():
+        return backbone.model(inputs_embeds=torch.cat([embeds, steps])[None]).last_hidden_state[0][len(ids) - 1:]
+
+
 def test_vllm_backbone_hidden_states_match_transformers_within_1e4_and_a_perturbed_weight_does_not(engine):
     """Teacher-forced: transformers' backbone over the prompt and the frames vLLM made gives,
     at every position a frame was drawn from, the hidden state vLLM drew it from."""
-    from tritontts.gepard.vllm_model import STOP
-
     checkpoint, llm, seen = engine
     c = checkpoint.config
     ids = GepardPromptBuilder(checkpoint.root, c)(TEXTS[2])
@@ -103,21 +118,10 @@ def test_vllm_backbone_hidden_states_match_transformers_within_1e4_and_a_perturb
     ours = torch.stack([h for key, _, h in seen if key == id(streams[0])])
     backbone, omni = gepard_reference_talker(checkpoint)
 
-    def hidden_states(model) -> torch.Tensor:
-        t = torch.tensor(ids)
-        embeds = model.model.embed_tokens(t)
-        slot = (t >= c.speaker_base) & (t < c.speaker_base + c.speaker_slots)
-        embeds[slot] = omni.null_prefix[t[slot] - c.speaker_base]
-        codes = torch.stack([f[:STOP] for f in streams[0].frames])[:ours.shape[0] - 1]
-        steps = omni._audio_frame_embed(codes[:, 0], codes[:, 1:])
-        with torch.no_grad():
-            h = model.model(inputs_embeds=torch.cat([embeds, steps])[None]).last_hidden_state[0]
-        return h[len(ids) - 1:]
-
-    diff = (hidden_states(backbone) - ours).abs().max().item()
+    diff = (teacher_forced_hidden(backbone, omni, c, ids, streams[0], ours.shape[0]) - ours).abs().max().item()
     with torch.no_grad():
         backbone.model.layers[0].linear_attn.A_log.add_(0.5)
-    perturbed = (hidden_states(backbone) - ours).abs().max().item()
+    perturbed = (teacher_forced_hidden(backbone, omni, c, ids, streams[0], ours.shape[0]) - ours).abs().max().item()
     print(f"{ours.shape[0]} positions: max-abs-diff {diff:.2e} (a perturbed GDN decay: {perturbed:.2e})")
     assert diff <= 1e-4 < perturbed
 
@@ -142,3 +146,37 @@ def test_a_prompt_prefilled_in_chunks_gives_the_frames_of_one_prefill(tmp_path_f
     want = gepard_reference_frames(backbone, omni, checkpoint.config, ids, 4, 8)
     print(f"{len(ids)}-id prompt in chunks of 16: {got[0].shape[0]} frames, equal: {torch.equal(got[0], want)}")
     assert len(ids) > 3 * 16 and torch.equal(got[0], want)
+
+
+def test_a_bfloat16_engine_runs_vllms_own_gated_delta_kernels_within_bf16_rounding(tmp_path_factory):
+    """In bfloat16 the Gated-DeltaNet layers run vLLM's CPU kernels (AMX / AVX-512), not our
+    fp32 core: the hidden states stay within bf16 rounding of transformers' fp32 ones."""
+    from tritontts.gepard.vllm_model import GepardTalkerForVllm, prepare_vllm_talker, register
+
+    checkpoint = open_checkpoint(write_random_checkpoint(tmp_path_factory.mktemp("gepard") / "bf16", seed=7))
+    c = checkpoint.config
+    register()
+    seen: list[torch.Tensor] = []
+    original = GepardTalkerForVllm.make_frames
+
+    def recording(self, hidden, streams):
+        seen.append(hidden[0].float().clone())
+        return original(self, hidden, streams)
+
+    ids = GepardPromptBuilder(checkpoint.root, c)(TEXTS[0])
+    GepardTalkerForVllm.make_frames = recording
+    llm = frames_engine(prepare_vllm_talker(checkpoint, tmp_path_factory.mktemp("cache")), 64 * 2**20,
+                        dtype="bfloat16")
+    try:
+        _, streams, _ = run_vllm(checkpoint, llm, [ids], [3], max_frames=6)
+    finally:
+        GepardTalkerForVllm.make_frames = original
+        close_engine(llm)
+        del llm
+        gc.collect()
+    backbone, omni = gepard_reference_talker(checkpoint)
+    ours = torch.stack(seen)
+    want = teacher_forced_hidden(backbone, omni, c, ids, streams[0], ours.shape[0])
+    relative = ((want - ours).abs().max() / want.abs().max()).item()
+    print(f"bf16 engine vs fp32 transformers: {relative:.1%} of the largest hidden value")
+    assert 0 < relative < 0.05

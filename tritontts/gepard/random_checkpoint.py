@@ -26,7 +26,7 @@ SPECIAL = ("<|start_of_speech|>", "<|end_of_speech|>", "<|reserved_0|>", "<|star
            "<|end_of_text|>", "<|reserved_1|>", "<|tts_pad|>")
 SIZES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=32, linear_key_head_dim=16, linear_value_head_dim=16,
+                 num_key_value_heads=2, head_dim=32, linear_key_head_dim=64, linear_value_head_dim=64,
                  linear_num_key_heads=2, linear_num_value_heads=4, vocab_size=512, audio_embed_dim=8),
     # INFERRED: Qwen3.5-0.8B's widths on the issue's 14 layers x 1024.
     "released": dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=14, num_attention_heads=8,

@@ -95,11 +95,13 @@ def _backbone_classes():
                                                   make_empty_intermediate_tensors_factory, make_layers)
 
     class GepardGatedDeltaNet(QwenGatedDeltaNetAttention):
-        """vLLM's layer (projections, gated norm, output, its states in the hybrid cache)
-        with the core computed by tritontts.gated_delta on the CPU: vLLM's CPU kernels
-        take bfloat16 only."""
+        """vLLM's layer (projections, gated norm, output, its states in the hybrid cache);
+        on the CPU in another dtype than bfloat16 (fp32: parity) the core is computed by
+        tritontts.gated_delta, as vLLM's CPU kernels take bfloat16 only."""
 
         def forward_cpu(self, hidden_states):
+            if hidden_states.dtype == torch.bfloat16:
+                return super().forward_cpu(hidden_states)      # vLLM's AMX / AVX-512 kernels
             mixed_qkvz, _ = self.in_proj_qkvz(hidden_states)
             ba, _ = self.in_proj_ba(hidden_states)
             qkv_size = self.key_dim * 2 + self.value_dim

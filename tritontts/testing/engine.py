@@ -37,7 +37,7 @@ def frames_engine(model_dir, kv_cache_bytes: int, max_model_len: int = 512, **en
 
     from ..vllm_frames import ROW_TRACKER
 
-    return LLM(model=str(model_dir), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+    return LLM(model=str(model_dir), skip_tokenizer_init=True, enforce_eager=True,
                enable_prefix_caching=False, max_model_len=max_model_len, seed=0,
                logits_processors=[ROW_TRACKER], kv_cache_memory_bytes=kv_cache_bytes,
-               **{"max_num_seqs": 8, **engine_args})
+               **{"max_num_seqs": 8, "dtype": "float32", **engine_args})
