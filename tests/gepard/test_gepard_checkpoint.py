@@ -10,12 +10,11 @@ import pytest
 
 from tritontts.checkpoint import CheckpointError
 from tritontts.gepard.checkpoint import open_checkpoint
-from tritontts.gepard.random_checkpoint import write_random_checkpoint
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return write_random_checkpoint(tmp_path_factory.mktemp("gepard") / "tiny", seed=0)
+def tiny(random_checkpoints):
+    return random_checkpoints["gepard"]
 
 
 def copy(tiny, tmp_path):

@@ -10,13 +10,12 @@ import torch
 from tritontts.gepard.checkpoint import open_checkpoint
 from tritontts.gepard.heads import GepardHeads, heads_state
 from tritontts.gepard.prompt import GepardPromptBuilder, prompt_ids
-from tritontts.gepard.random_checkpoint import write_random_checkpoint
 from tritontts.testing.references import GEPARD_STAND_INS, gepard_reference_talker, vllm_omni_module
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return open_checkpoint(write_random_checkpoint(tmp_path_factory.mktemp("gepard") / "tiny", seed=3))
+def checkpoint(random_checkpoints):
+    return open_checkpoint(random_checkpoints["gepard"])
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,12 @@ import numpy as np
 import pytest
 
 from tritontts.gepard.checkpoint import open_checkpoint
-from tritontts.gepard.random_checkpoint import write_random_checkpoint
 from tritontts.stage import Inputs, InvalidRequest, StageContext
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return open_checkpoint(write_random_checkpoint(tmp_path_factory.mktemp("gepard") / "tiny", seed=4))
+def checkpoint(random_checkpoints):
+    return open_checkpoint(random_checkpoints["gepard"])
 
 
 @pytest.fixture(scope="module")
