@@ -81,10 +81,8 @@ class _Pool(StackPool):
         self.random = checkpoints
 
     def get(self, families, options: dict | None = None):
-        checkpoints = self.random.for_families(families, options)
-        if self.live is not None and self.live.checkpoints != checkpoints:
-            self.close()             # same families, other checkpoints: a new server
-        self.checkpoints = checkpoints
+        # Same families, other checkpoints: a new server (StackPool compares both).
+        self.checkpoints = self.random.for_families(families, options)
         return super().get(families)
 
 

@@ -19,7 +19,7 @@ import pytest
 from tritontts.testing.audio import pcm16, rms
 
 CONCURRENCY = 64
-SECONDS = float(os.environ.get("TRITONTTS_LOAD_SECONDS", "20"))
+SECONDS = float(os.environ.get("TRITONTTS_LOAD_SECONDS", "10"))
 
 CASES = {
     "piper": {"model": "piper", "input": "Every stream must arrive whole. Nothing may be lost.",

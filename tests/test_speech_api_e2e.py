@@ -21,7 +21,7 @@ from websockets.sync.client import connect
 from tritontts.families import FAMILIES
 from tritontts.testing.audio import decode, pcm16, rms
 from tritontts.testing.bad_requests import SERVED, TABLE, check_http, check_ws
-from tritontts.testing.stack import Stack
+from tritontts.testing.stack import Stack, tiny_engine_args
 
 REFERENCE = {"ref_text": "This is the reference voice."}
 
@@ -43,6 +43,7 @@ def media(tmp_path_factory):
 def server(stacks, random_checkpoints, caches, tmp_path_factory, media):
     """A server of its own (it is restarted), keeping voices in one folder across restarts."""
     stacks.close()          # one server at a time on this machine
+    stacks.prepare(SERVED)
     voices = tmp_path_factory.mktemp("voices")
     checkpoint = random_checkpoints.get("cosyvoice3")
 
@@ -52,7 +53,7 @@ def server(stacks, random_checkpoints, caches, tmp_path_factory, media):
                                {"cosyvoice3": checkpoint}, caches,
                                extra_args=("--voices-dir", str(voices), "--allow-media-host",
                                            "127.0.0.1", "--allowed-local-media-path",
-                                           str(media[0]))).start()
+                                           str(media[0]), *tiny_engine_args(SERVED))).start()
             self.url = self.stack.url
             return self
 

@@ -117,6 +117,12 @@ def triton_env(extra: dict[str, str] | None = None,
     return env
 
 
+# The readiness poll's channel: reconnect attempts at most 0.5 s apart.
+READY_POLL_CHANNEL = [("grpc.initial_reconnect_backoff_ms", 250),
+                      ("grpc.min_reconnect_backoff_ms", 250),
+                      ("grpc.max_reconnect_backoff_ms", 500)]
+
+
 @dataclass
 class TritonServer:
     """A tritonserver child process with explicit model control."""
@@ -168,7 +174,10 @@ class TritonServer:
         import tritonclient.grpc as grpcclient
 
         deadline = time.monotonic() + timeout
-        client = grpcclient.InferenceServerClient(self.grpc_url)
+        # Triton opens its gRPC port only once every model has loaded; until then each poll
+        # fails to connect, and gRPC's default reconnect backoff (x1.6 per failure, up to
+        # 120 s) would notice the ready server up to 20 s late after a minute of loading.
+        client = grpcclient.InferenceServerClient(self.grpc_url, channel_args=READY_POLL_CHANNEL)
         states: dict[str, str] = {}
         started = time.monotonic()
         try:

@@ -16,6 +16,7 @@ TEXT = "Hello there, how are you today?"
 @pytest.fixture(scope="module")
 def two(stacks, random_checkpoints, caches, tmp_path_factory):
     stacks.close()    # one server at a time on this machine
+    stacks.prepare(("qwen3_tts",))
     custom = random_checkpoints.get("qwen3_tts", kind="custom_voice")
     base = random_checkpoints.get("qwen3_tts", kind="base")
     stack = Stack(tmp_path_factory.mktemp("two-checkpoints"), ("qwen3_tts",),

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import httpx
@@ -34,6 +35,81 @@ def new_user_environment(caches: Path) -> dict[str, str]:
     env["VLLM_CACHE_ROOT"] = str(caches / "vllm")
     env["TRITONTTS_CACHE"] = str(caches / "tritontts")
     return env
+
+
+# vLLM's own architectures among the talkers (CosyVoice3's converted talker is a Qwen2,
+# GLM-TTS's a Llama); the others are the families' own (tritontts/<family>/vllm_model.py).
+BUILTIN_TALKER_ARCHITECTURES = ("Qwen2ForCausalLM", "LlamaForCausalLM")
+
+# What vLLM's inspection child does for one architecture (`python3 -m
+# vllm.model_executor.models.registry`), here for all of them in one process: vLLM's own
+# code hashes each model's module, inspects its class and writes the result to the cache.
+INSPECT_TALKERS = """
+import sys
+from importlib import import_module
+
+import vllm.model_executor.models.registry as registry
+from vllm import ModelRegistry
+
+registry._run_in_subprocess = lambda inspect: inspect()     # this process is that child
+architectures, failed = sys.argv[1].split(","), []
+for name in sys.argv[2].split(","):
+    try:
+        module = import_module(name)
+        module.register()
+        architectures.append(module.ARCHITECTURE)
+    except Exception as exc:
+        failed.append(f"{name}: {exc!r}")
+for architecture in architectures:
+    try:
+        ModelRegistry.models[architecture].inspect_model_cls()
+    except Exception as exc:
+        failed.append(f"{architecture}: {exc!r}")
+sys.exit("; ".join(failed) or None)
+"""
+
+
+def inspect_talker_models(caches: Path) -> bool:
+    """vLLM's inspection of every talker's model class, written once to the servers' vLLM
+    cache (`caches`/vllm/modelinfos), where each server's talker finds it. Left to the
+    servers, the first talker of each architecture in a run inspects it in a child of its
+    own that imports vLLM afresh: 9-13 s each, here done in one process. It runs as that
+    child would, by `python3` on the servers' PATH in their environment. Best effort (False
+    if it failed): whatever is not cached, a server inspects itself, failing as it would."""
+    from importlib.util import find_spec
+
+    from ..families import FAMILIES
+    from ..tritonserver import triton_env
+
+    modules = [f"tritontts.{name}.vllm_model" for name in FAMILIES]
+    modules = [m for m in modules if find_spec(m) is not None]
+    try:
+        out = subprocess.run(["python3", "-c", INSPECT_TALKERS, ",".join(BUILTIN_TALKER_ARCHITECTURES),
+                              ",".join(modules)], cwd=REPO, env=triton_env(base=new_user_environment(caches)),
+                              capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        warnings.warn("the talkers' model inspection timed out: each server inspects its own")
+        return False
+    if out.returncode != 0:
+        warnings.warn(f"the talkers' model inspection failed (each server inspects its own): "
+                      f"{out.stderr[-2000:]}")
+    return out.returncode == 0
+
+
+# Engine arguments for servers of tiny random checkpoints (--engine-arg), over model.json's
+# sized for released ones: CosyVoice3's talker takes a quarter of RAM for its KV cache
+# (gpu_memory_utilization 0.25: 5.9 GiB here, seconds to allocate at every start) where
+# 256 MiB holds 16 tiny requests of 4096 positions, as the other talkers have.
+TINY_ENGINE_ARGS = {"cosyvoice3_talker": {"kv_cache_memory_bytes": 256 * 2**20}}
+
+
+def tiny_engine_args(families: tuple[str, ...]) -> tuple[str, ...]:
+    """The launcher's --engine-arg flags of TINY_ENGINE_ARGS for the talkers of `families`."""
+    from ..families import FAMILIES
+
+    return tuple(arg for f in families for stage in FAMILIES[f].stages
+                 for key, value in TINY_ENGINE_ARGS.get(stage, {}).items()
+                 for arg in ("--engine-arg", f"{stage}.{key}={value}"))
 
 
 def engine_processes() -> set[int]:
@@ -64,6 +140,8 @@ class Stack:
         self.log = tmp / "stack.log"
         self.triton_log = tmp / "triton.log"
         self.proc: subprocess.Popen | None = None
+        self.terminated = False
+        self.at_stop: set[int] = set()
 
     def command(self) -> list[str]:
         cmd = [self.python, "-m", "frontend", "--host", "127.0.0.1", "--port", str(self.port),
@@ -79,6 +157,7 @@ class Stack:
     def start(self, timeout: float = 600) -> "Stack":
         # The venv's interpreter by path from a new user's environment, as
         # `bash scripts/serve.sh` runs it: the launcher must not rely on the caller's shell.
+        self.terminated = False
         self.proc = subprocess.Popen(self.command(), cwd=self.checkout, stdout=open(self.log, "wb"),
                                      stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + timeout
@@ -118,43 +197,78 @@ class Stack:
             total += int(fields[11]) + int(fields[12])
         return total / os.sysconf("SC_CLK_TCK")
 
+    def terminate(self) -> None:
+        """Ask the launcher to stop (once: a second SIGTERM would cut its shutdown short),
+        noting the engine processes alive then (StackPool's check)."""
+        if self.proc and not self.terminated:
+            self.at_stop = engine_processes()
+            if self.proc.poll() is None:
+                self.proc.terminate()
+            self.terminated = True
+
     def stop(self) -> int:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
+        self.terminate()
+        if self.proc:
             self.proc.wait(60)
         return self.proc.returncode if self.proc else 0
 
 
 class StackPool:
     """One live stack at a time (2 cores, 24 GiB): `get(families)` reuses the live stack if
-    it serves exactly those families, else stops it and starts one that does. Every stop
-    checks that the server left no process behind."""
+    it serves exactly those families and checkpoints, else stops it and starts one that
+    does. Every stop checks that the launcher exited 0 and that the server left no process
+    behind. Only a stop for the next stack overlaps: the old server's shutdown (models
+    unloading, mostly waiting) runs while the next one starts, and is checked once that one
+    is up; close() waits."""
 
     def __init__(self, tmp_factory, caches: Path, checkpoints: dict[str, Path]):
         self.tmp_factory, self.caches, self.checkpoints = tmp_factory, caches, checkpoints
         self.live: Stack | None = None
         self.started: list[tuple[str, ...]] = []
+        self.inspected = False
+
+    def prepare(self, families: tuple[str, ...]) -> None:
+        """What a server of `families` needs done once per run before it starts (servers
+        the caller starts itself too): the talkers' model inspection (inspect_talker_models)."""
+        from ..families import FAMILIES
+        from ..profiles import TALKERS
+
+        if not self.inspected and any(s in TALKERS for f in families for s in FAMILIES[f].stages):
+            self.inspected = True
+            inspect_talker_models(self.caches)
 
     def get(self, families: tuple[str, ...]) -> Stack:
         families = tuple(families)
-        if self.live is not None and self.live.families == families:
+        checkpoints = {f: self.checkpoints[f] for f in families if f in self.checkpoints}
+        if self.live is not None and self.live.families == families and self.live.checkpoints == checkpoints:
             return self.live
-        self.close()
-        before = engine_processes()
-        stack = Stack(self.tmp_factory.mktemp("stack-" + "-".join(families)), families,
-                      {f: self.checkpoints[f] for f in families if f in self.checkpoints},
-                      self.caches)
-        stack.before = before
-        self.live = stack.start()
+        old, self.live = self.live, None
+        stack = None
+        if old is not None:
+            old.terminate()
+        try:
+            self.prepare(families)
+            stack = Stack(self.tmp_factory.mktemp("stack-" + "-".join(families)), families,
+                          checkpoints, self.caches, extra_args=tiny_engine_args(families))
+            stack.before = engine_processes()
+            self.live = stack.start()
+        finally:
+            if old is not None:
+                self._check_stopped(old)
         self.started.append(families)
         return self.live
 
     def close(self) -> None:
         stack, self.live = self.live, None
-        if stack is None:
-            return
+        if stack is not None:
+            self._check_stopped(stack)
+
+    @staticmethod
+    def _check_stopped(stack: Stack) -> None:
+        """Wait for `stack` to stop: its launcher must exit 0, and no engine process that
+        came up while it ran may outlive it (vLLM's engine core holds GBs of KV cache).
+        Those started after it was told to stop (the next server's) are not its own."""
         code = stack.stop()
         assert code == 0, stack.tail()
-        # Nothing the server started may outlive it (vLLM's engine core holds GBs of KV cache).
-        leftover = engine_processes() - stack.before
+        leftover = (engine_processes() & stack.at_stop) - stack.before
         assert not leftover, f"processes outlived the server: {leftover}"
