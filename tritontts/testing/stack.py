@@ -97,9 +97,9 @@ def inspect_talker_models(caches: Path) -> bool:
 
 
 # Engine arguments for servers of tiny random checkpoints (--engine-arg), over model.json's
-# sized for released ones: CosyVoice3's talker takes a quarter of RAM for its KV cache
-# (gpu_memory_utilization 0.25: 5.9 GiB here, seconds to allocate at every start) where
-# 256 MiB holds 16 tiny requests of 4096 positions, as the other talkers have.
+# sized for released ones: CosyVoice3's talker's 1 GiB of KV cache (seconds to allocate at
+# every start) where 256 MiB holds 16 tiny requests of 4096 positions, as the other talkers
+# have.
 TINY_ENGINE_ARGS = {"cosyvoice3_talker": {"kv_cache_memory_bytes": 256 * 2**20}}
 
 
