@@ -81,6 +81,18 @@ def vllm_omni_module(name: str, stand_ins: dict[str, dict] | None = None):
         yield module
 
 
+@contextmanager
+def auk_module(name: str):
+    """Import one module of vLLM-Omni 0.30's AuK diffusion package (`auk_transformer`,
+    `auk_vae`: pure torch) without running the package inits above it: vllm_omni's, the
+    diffusion registry's, and auk/__init__.py (which imports the pipeline, and with it
+    torchaudio and the diffusion engine)."""
+    with _package_module("vllm_omni", ("model_executor", "model_executor.models", "diffusion",
+                                       "diffusion.models", "diffusion.models.auk"),
+                         f"vllm_omni.diffusion.models.auk.{name}", {}) as module:
+        yield module
+
+
 def _librosa_mel(sr, n_fft, n_mels=128, fmin=0.0, fmax=None, **_):
     """librosa.filters.mel (Slaney scale and norm) from transformers' audio_utils, for
     reference code that imports librosa (not installed here)."""
