@@ -17,7 +17,10 @@ from .encoding import FORMATS
 ResponseFormat = Literal[FORMATS]  # type: ignore[valid-type]
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
 
-MAX_INSTRUCTIONS_CHARS = 500          # vLLM-Omni's limit for TTS instructions
+# The longest instructions any family takes (AuK's are whole instructions); each family's
+# own limit (Capabilities.max_instructions_chars: 500 for style instructions, as vLLM-Omni's
+# TTS limit) is checked by the front once the model is known.
+MAX_INSTRUCTIONS_CHARS = 4096
 MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 8000, 96000
 MAX_EMBEDDING_DIM = 8192
 MAX_BATCH_ITEMS = 32

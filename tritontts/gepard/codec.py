@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..checkpoint import CheckpointError, ConfigFields, load_strict
+from ..checkpoint import CheckpointError, ConfigFields, fold_weight_norm, load_strict
 
 CONFIG_MEMBER = "model_config.yaml"
 WEIGHTS_MEMBER = "model_weights.ckpt"
@@ -349,27 +349,6 @@ class NanoCodecDecoder(nn.Module):
         what a whole decode gives those frames when left_context >= config.context_frames
         or the window starts at the utterance's first frame."""
         return self.decode_codes(codes)[:, left_context * self.config.samples_per_frame:]
-
-
-# Weight-norm pairs (g, v) as torch's parametrization and as the older hook store them.
-_WEIGHT_NORM = ((".parametrizations.weight.original0", ".parametrizations.weight.original1"),
-                (".weight_g", ".weight_v"))
-
-
-def fold_weight_norm(state: dict[str, Tensor], what: str) -> dict[str, Tensor]:
-    """Each weight-norm pair replaced by the weight it stands for, g v / |v| with the norm
-    over all but dim 0 (dim 0 is the input channel of a transposed conv), computed in
-    float64 and stored in v's dtype."""
-    out = dict(state)
-    for g_suffix, v_suffix in _WEIGHT_NORM:
-        for key in [k for k in out if k.endswith(g_suffix)]:
-            stem = key[:-len(g_suffix)]
-            if stem + v_suffix not in out:
-                raise CheckpointError(f"{what}: {key} without its {stem + v_suffix}")
-            g, v = out.pop(key), out.pop(stem + v_suffix)
-            norm = v.double().flatten(1).norm(dim=1).view(-1, *(1,) * (v.ndim - 1))
-            out[stem + ".weight"] = (g.double() * v.double() / norm).to(v.dtype)
-    return out
 
 
 # --- archive -------------------------------------------------------------------------------

@@ -36,7 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint import CheckpointError, load_strict
-from ..dit import AdaLayerNormZeroFinal, DiTBlock, RotaryEmbedding, TimestepEmbedding
+from ..dit import (AdaLayerNormZeroFinal, ConvPositionEmbedding, DiTBlock, RotaryEmbedding,
+                   TimestepEmbedding)
 
 SPEAKER_DIM = 192           # CAM++ x-vector width
 DIM_HEAD = 64               # upstream's DiT always uses 64-wide heads
@@ -102,19 +103,6 @@ class TokenEmbedding(nn.Module):
         h = self.text_embed(stretched)
         positions = torch.arange(frames, device=tokens.device).clamp(max=POSITION_TABLE - 1)
         return self.text_blocks(h + self.freqs_cis[positions])
-
-
-class ConvPositionEmbedding(nn.Module):
-    """Relative position signal: two centred grouped convs (31 taps), Mish after each."""
-
-    def __init__(self, dim: int, kernel_size: int = 31, groups: int = 16) -> None:
-        super().__init__()
-        self.conv1d = nn.Sequential(
-            nn.Conv1d(dim, dim, kernel_size, groups=groups, padding=kernel_size // 2), nn.Mish(),
-            nn.Conv1d(dim, dim, kernel_size, groups=groups, padding=kernel_size // 2), nn.Mish())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv1d(x.transpose(1, 2)).transpose(1, 2)
 
 
 class InputEmbedding(nn.Module):
