@@ -74,6 +74,11 @@ GPU_STAGES: dict[str, GpuStage] = {
     # The piper stage picks its onnxruntime providers itself (tritontts/piper/vits.py): on
     # a GPU instance it gains only once that code asks for the CUDA provider.
     "piper_vits": GpuStage(count=2, max_batch_size=16),
+    # AuK: the prompt stage runs the audio tower and the VAE encoder on clips; the DiT is
+    # where AuK's time goes (steps x CFG rows x 30 blocks); the VAE decodes the chunks.
+    "auk_prompt": GpuStage(count=1, max_batch_size=4),
+    "auk_dit": GpuStage(count=1, max_batch_size=8),
+    "auk_vae": GpuStage(count=2, max_batch_size=4),
 }
 
 # Stages that stay KIND_CPU in the gpu profile, and why: nothing they do per request
@@ -140,13 +145,13 @@ TALKERS: dict[str, Talker] = {
     # can capture the forward.
     # 0.1 since Voxtral TTS came, 0.07 since Fish Speech S2 Pro: its 0.5 B weights are 1 GB,
     # the rest of 5.6 GB is KV cache.
-    "cosyvoice3_talker": Talker(share=0.07),
+    "cosyvoice3_talker": Talker(share=0.05),
     # Stays eager: its forward runs per-row Python every step (tritontts/vllm_frames.py
     # reads which request each row is, builds frame embeddings, runs the code predictor),
     # which a captured CUDA graph would replay without running.
     # 0.2 since VoxCPM2 came, 0.15 since Voxtral TTS, 0.1 since Fish Speech S2 Pro (1.7 B:
     # 3.4 GB of bf16 weights, the rest of 8 GB KV cache).
-    "qwen3_tts_talker": Talker(share=0.1, cuda_graphs=False),
+    "qwen3_tts_talker": Talker(share=0.08, cuda_graphs=False),
     # The same per-row Python (it samples the 8 codebooks inside compute_logits). DualFFN
     # makes the "3B" 5.8 B parameters: 11.5 GB of bf16 weights, the rest of its share KV
     # cache (28 layers x 8 KV heads x 128: 112 KiB per token in bf16). 0.17 since Fish
@@ -156,29 +161,37 @@ TALKERS: dict[str, Talker] = {
     # the forward. 1.9 B parameters: 3.8 GB of bf16 weights, the rest KV cache (28 layers x
     # 4 KV heads x 128: 56 KiB per token in bf16). CosyVoice3's 0.5 B talker gave up 0.1
     # for it (its weights are 1 GB). 0.08 since Gepard (2.6 GB of KV cache, 47 000 tokens).
-    "glm_tts_talker": Talker(share=0.08),
+    "glm_tts_talker": Talker(share=0.07),
     # Eager like Qwen3-TTS's: per-row Python every step (tritontts/voxcpm2/vllm_model.py
     # runs the local DiT and encoder inside the forward). About 2 B parameters (both LMs,
     # LocEnc, LocDiT): 4.6 GB of bf16 weights, the rest KV cache (28 + 8 layers x 2 KV
     # heads x 128: 36 KiB per token in bf16). Qwen3-TTS's talker gave up 0.1 for it.
     # 0.08 since Gepard (1.8 GB of KV cache, 50 000 tokens).
-    "voxcpm2_talker": Talker(share=0.08, cuda_graphs=False),
+    "voxcpm2_talker": Talker(share=0.07, cuda_graphs=False),
     # Eager (the acoustic transformer runs per row in compute_logits). The 3.4 B backbone and
     # its acoustic transformer: about 8 GB of bf16 weights, so 0.12 (9.6 GB of 80, since Fish
     # Speech S2 Pro; 0.15 before) leaves 1.6 GB of KV cache (26 layers x 8 KV heads x 128:
     # 104 KiB per token, 16 000 tokens).
-    "voxtral_tts_talker": Talker(share=0.12, cuda_graphs=False),
+    "voxtral_tts_talker": Talker(share=0.11, cuda_graphs=False),
     # Eager (the main-token draw and the fast AR run per row in compute_logits). 4.6 B
     # parameters (the 36-layer slow AR with its 155776-row table, the 4-layer fast AR, the
     # codebook tables): 9.1 GB of bf16 weights, so 0.14 (11.2 GB) leaves 2 GB of KV cache
     # (36 layers x 8 KV heads x 128: 144 KiB per token, 14 000 tokens).
-    "fish_s2_pro_talker": Talker(share=0.14, cuda_graphs=False),
+    "fish_s2_pro_talker": Talker(share=0.13, cuda_graphs=False),
     # Eager (the 32 heads and the stop head draw per row in compute_logits). About 0.5 B
     # parameters in use (lm_head is not built): 1 GB of bf16 weights; 0.04 (3.2 GB, from
     # GLM-TTS and VoxCPM2) leaves 2 GB for the hybrid cache: 3 full-attention layers x 2 KV
     # heads x 256 (6 KiB per token) and each sequence's Gated-DeltaNet states (11 layers x
     # 16 heads x 128 x 128, about 6 MB).
-    "gepard_talker": Talker(share=0.04, cuda_graphs=False),
+    "gepard_talker": Talker(share=0.03, cuda_graphs=False),
+    # AuK's condition encoder: the Qwen2.5-Omni-3B thinker's language model, prefill only
+    # (one forced token), eager (its forward fuses every layer's output and reads per-row
+    # state). 3.1 B parameters: 6.2 GB of bf16 weights; 0.09 (7.2 GB) leaves 1 GB of KV
+    # (36 layers x 2 KV heads x 128: 36 KiB per token, 28 000 tokens), which only live
+    # prompts hold. Its share came from CosyVoice3 (0.07 -> 0.05: 3 GB of KV left), Qwen3-TTS
+    # (0.1 -> 0.08: 3 GB), GLM-TTS, VoxCPM2, Voxtral, Fish Speech S2 Pro and Gepard (0.01
+    # each: 1.8, 1, 0.8, 1.3 and 1.4 GB of KV left).
+    "auk_encoder": Talker(share=0.09, cuda_graphs=False),
 }
 
 

@@ -151,3 +151,32 @@ async def test_models_lists_only_the_ready_families_as_openai_model_cards():
         r = await front.http.get("/v1/models")
     assert r.json() == {"object": "list", "data": [
         {"id": families[-1], "object": "model", "owned_by": "tritontts", "created": 0}]}
+
+
+@run_async
+async def test_empty_input_reaches_an_instruction_only_family_only_with_instructions():
+    family = next(f for f in FAMILIES.values() if f.capabilities.instruction_only)
+    async with serving(FakeTritonClient(), [family.name]) as front:
+        r = await front.speech(model=family.name, input="", instructions="Rain on a tin roof.")
+        assert r.status_code == 200 and front.fake.calls[0]["text"] == ""
+        r = await front.speech(model=family.name, input="")
+        assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+
+
+@run_async
+async def test_empty_input_with_instructions_is_400_for_a_speech_family():
+    family = next(f for f in FAMILIES.values() if f.capabilities.instructions and not f.capabilities.instruction_only)
+    async with serving(FakeTritonClient(), [family.name]) as front:
+        r = await front.speech(model=family.name, input="", instructions="A calm voice.")
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+    assert front.fake.calls == []
+
+
+@run_async
+async def test_instructions_longer_than_the_family_takes_are_400_naming_its_limit():
+    family = next(f for f in FAMILIES.values()
+                  if f.capabilities.instructions and f.capabilities.max_instructions_chars == 500)
+    async with serving(FakeTritonClient(), [family.name]) as front:
+        r = await front.speech(model=family.name, instructions="x" * 501, **family.example_params())
+    assert r.status_code == 400 and r.json()["error"]["param"] == "instructions"
+    assert "at most 500" in r.json()["error"]["message"]

@@ -70,6 +70,7 @@ class AuKPromptStage(Stage):
         super().__init__(context)
         torch.set_num_threads(context.int_parameter("torch_threads", 1))
         self.checkpoint = checkpoint or served_checkpoint(context)
+        self.device = torch.device(context.device)
         self.build = PromptBuilder(self.checkpoint.thinker_root)
         self._clip_models = None
         self._lock = threading.Lock()
@@ -86,8 +87,8 @@ class AuKPromptStage(Stage):
                 tensors = {}
                 for f in self.checkpoint.thinker_files:
                     tensors.update(read_tensors(f, prefix))
-                tower = load_audio_tower(tensors, self.checkpoint.audio_config)
-                vae = load_vae(self.checkpoint.vae_file, self.checkpoint.vae)
+                tower = load_audio_tower(tensors, self.checkpoint.audio_config).to(self.device)
+                vae = load_vae(self.checkpoint.vae_file, self.checkpoint.vae, self.device)
                 self._clip_models = (tower, vae)
             return self._clip_models
 
@@ -133,12 +134,12 @@ class AuKPromptStage(Stage):
         rate, hop = self.checkpoint.sample_rate, self.checkpoint.hop
         audio = reference_recording(data, rate, MIN_CLIP_SECONDS, MAX_CLIP_SECONDS)
         tower, vae = self.clip_models()
-        embeds = tower(audio_features(resample(audio, rate, TOWER_RATE)))
+        embeds = tower(audio_features(resample(audio, rate, TOWER_RATE)).to(self.device)).cpu()
         # Whole latent frames only: the encoder is causal, so a trailing partial frame changes
         # none of the frames before it.
         wav = torch.from_numpy(audio[: audio.size // hop * hop].astype(np.float32))
         generator = torch.Generator().manual_seed((seed + VAE_SEED_OFFSET) % 2**63) if vae_sample else None
-        latents = vae.encode(wav[None], sample=vae_sample, generator=generator)[0]
+        latents = vae.encode(wav[None].to(self.device), sample=vae_sample, generator=generator)[0].cpu()
         return embeds.float().numpy(), latents.float().numpy()
 
 
