@@ -95,3 +95,18 @@ def test_the_dit_stage_runs_a_batch_of_mixed_schedules_each_as_alone(checkpoints
     assert [t["latents"].shape for t in together] == [(30, 64), (17, 64), (25, 64), (30, 64)]
     assert max(diffs) < 1e-5
     assert float(np.abs(together[0]["latents"] - together[3]["latents"]).max()) > 1e-3   # cfg mattered
+
+
+def test_a_dit_batch_whose_clients_all_left_stops_between_steps(checkpoints):
+    from tritontts.auk.stages import AuKDiTStage
+
+    ckpt = checkpoints["base"]
+    stage = AuKDiTStage(StageContext("auk_dit", ckpt.root), ckpt)
+    inputs = Inputs({"condition": np.ones((5, 64), np.float32), "ref_latents": np.zeros((1, 64), np.float32),
+                     "ref_frames": np.array([0], np.int32), "frames": np.array([10], np.int32),
+                     "t_grid": np.linspace(0, 1, 65, dtype=np.float32), "cfg": np.array([2.0], np.float32),
+                     "seed": np.array([1], np.int64)})
+    asked = []
+    inputs.cancelled = lambda: asked.append(1) or len(asked) > 2      # gone after two steps
+    (result,) = stage.run_batch([inputs])
+    assert isinstance(result, InterruptedError) and len(asked) == 3

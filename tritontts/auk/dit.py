@@ -34,7 +34,7 @@ unconditional branch is skipped, as there.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -424,7 +424,7 @@ def _check(dit: AuKTransformer, requests: Sequence[SampleRequest]) -> None:
 
 @torch.no_grad()
 def sample_latents(dit: AuKTransformer, requests: Sequence[SampleRequest], t_grid: torch.Tensor,
-                   cfg: float) -> list[torch.Tensor]:
+                   cfg: float, cancelled: Callable[[], bool] = lambda: False) -> list[torch.Tensor]:
     """Euler-integrate the flow from each request's seeded noise to its latents [frames,
     latent_dim] (fp32), all requests in one batch sharing `t_grid` (from `time_grid`) and the
     guidance weight `cfg`. Each row equals what the request gives alone, to rounding.
@@ -466,6 +466,8 @@ def sample_latents(dit: AuKTransformer, requests: Sequence[SampleRequest], t_gri
     grid = grid.to(device)
     rows = 2 * n if guided else n
     for i in range(grid.numel() - 1):
+        if cancelled():         # asked between steps: a client that left stops its trajectory
+            raise InterruptedError("cancelled")
         inp = (x.repeat(2, 1, 1) if guided else x).to(dtype)
         v = dit.velocity(inp, grid[i].expand(rows), cond).float()
         if guided:

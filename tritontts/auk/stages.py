@@ -227,7 +227,8 @@ class AuKDiTStage(Stage):
                                         seed=int(inputs.scalar("seed")))
         for (grid, cfg), members in groups.items():
             try:
-                latents = sample_latents(self.dit, [requests[i] for i in members], torch.tensor(grid), cfg)
+                latents = sample_latents(self.dit, [requests[i] for i in members], torch.tensor(grid), cfg,
+                                         cancelled=lambda: all(batch[i].cancelled() for i in members))
             except Exception as exc:  # noqa: BLE001 - this group's requests fail
                 for i in members:
                     results[i] = exc
