@@ -60,9 +60,13 @@ def engine_arg(value: str) -> tuple[str, str, object]:
         stage, key, parsed = parse_engine_arg(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    if not stage.endswith("_talker"):
-        raise argparse.ArgumentTypeError(f"{stage!r} in {value!r} is not a talker stage (e.g. fish_s2_pro_talker): "
-                                         "only talkers have vLLM engine arguments")
+    from tritontts.profiles import talker_settings_path
+    from tritontts.repository import STAGE_REPOSITORY
+
+    # A vLLM stage is one with engine arguments in 1/model.json: the talkers, AuK's encoder.
+    if not talker_settings_path(STAGE_REPOSITORY / stage):
+        raise argparse.ArgumentTypeError(f"{stage!r} in {value!r} is not a talker stage (e.g. fish_s2_pro_talker, "
+                                         "auk_encoder): only vLLM stages have engine arguments")
     return stage, key, parsed
 
 

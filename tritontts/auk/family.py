@@ -42,7 +42,8 @@ FAMILY = Family(
     checkpoint_required=True,
     preflight=_preflight,
     voices=lambda checkpoint: ["default"],
-    released_names=("tencent/AuK", "tencent/AuK-Flash"),
+    # Upstream's model names (Tencent-Hunyuan/AuK); a served folder named so matches too.
+    released_names=("Tencent-Hunyuan/AuK", "Tencent-Hunyuan/AuK-Flash"),
     write_random_checkpoint=_write_random_checkpoint,
     # A second of audio in 4 steps keeps the tiny checkpoint's tests fast (the default is 32).
     example_params=lambda: {"duration_seconds": 1.0, "num_inference_steps": 4},

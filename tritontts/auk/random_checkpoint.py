@@ -88,9 +88,12 @@ def thinker_config(size: str, ids: dict[str, int]) -> dict:
             "pad_token_id": ids["<|endoftext|>"]}
 
 
-def thinker_state(config: dict, size: str, generator: torch.Generator) -> dict[str, torch.Tensor]:
+def thinker_state(config: dict, size: str, generator: torch.Generator,
+                  dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """thinker.* under transformers' Qwen2.5-Omni names (the naming authority), random
-    values; the vision tower only at tiny size (the encoder never reads it)."""
+    values in `dtype` (each made and cast alone: the released thinker in fp32 all at once
+    would not fit this machine); the vision tower only at tiny size (the encoder never reads
+    it)."""
     from transformers.models.qwen2_5_omni.configuration_qwen2_5_omni import Qwen2_5OmniThinkerConfig
     from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniThinkerForConditionalGeneration
 
@@ -102,14 +105,16 @@ def thinker_state(config: dict, size: str, generator: torch.Generator) -> dict[s
             continue
         noise = torch.randn(meta.shape, generator=generator)
         norm = meta.ndim == 1 and ("norm" in name or name.endswith("ln_post.weight") or "layernorm" in name)
-        state["thinker." + name] = (1.0 + 0.1 * noise) if norm and name.endswith("weight") else 0.05 * noise
+        value = (1.0 + 0.1 * noise) if norm and name.endswith("weight") else 0.05 * noise
+        state["thinker." + name] = value.to(dtype)
     # The rest of Qwen2.5-Omni, which the encoder must skip.
     state["talker.model.norm.weight"] = torch.ones(8)
     state["token2wav.code2wav_dit_model.norm_out.weight"] = torch.ones(8)
     return state
 
 
-def auk_state(size: str, num_layers: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+def auk_state(size: str, num_layers: int, generator: torch.Generator,
+              dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     from .dit import AuKTransformer
 
     with torch.device("meta"):
@@ -121,7 +126,7 @@ def auk_state(size: str, num_layers: int, generator: torch.Generator) -> dict[st
             continue
         noise = torch.randn(meta.shape, generator=generator)
         norm = meta.ndim == 1 and "norm" in name
-        state["transformer." + name] = (1.0 + 0.1 * noise) if norm else 0.05 * noise
+        state["transformer." + name] = ((1.0 + 0.1 * noise) if norm else 0.05 * noise).to(dtype)
     state["layer_weights"] = torch.randn(num_layers, generator=generator)
     state["layer_scale"] = torch.tensor([1.0 + 0.5 * float(torch.rand(1, generator=generator))])
     return state
@@ -168,9 +173,9 @@ def write_random_checkpoint(out: str | Path, seed: int = 0, size: str = "tiny", 
         thinker_root.mkdir(exist_ok=True)
         ids = write_qwen2_tokenizer(thinker_root, SPECIAL, CORPUS, eos_token="<|im_end|>")
         thinker = thinker_config(size, ids)
-        save_safetensors(thinker_state(thinker, size, generator), thinker_root / "model.safetensors", dtype)
+        save_safetensors(thinker_state(thinker, size, generator, dtype), thinker_root / "model.safetensors", dtype)
         dit, vae = dict(DIT[size], attn_mask_enabled=True), vae_section(size)
-        weights = auk_state(size, thinker["text_config"]["num_hidden_layers"], generator)
+        weights = auk_state(size, thinker["text_config"]["num_hidden_layers"], generator, dtype)
         save_safetensors(vae_state(size, generator), root / "vae.safetensors", torch.float32)
         omni = {"architectures": ["Qwen2_5OmniModel"], "model_type": "qwen2_5_omni", "thinker_config": thinker,
                 "talker_config": {}, "token2wav_config": {}, "enable_audio_output": False}
