@@ -55,16 +55,20 @@ def check_plan(sizes: list[int], frames: int) -> None:
                       "guidance_scale": 3.0},
      'Generate speech based on the following description: "A calm, low voice.". '
      'The content to speak is: "Hello there.".'),
+    ("Good night.", {"duration_seconds": 1.1, "t_grid": [0, 0.3, 0.7, 1], "guidance_scale": 0},
+     'Generate speech based on the following description: "A clear, natural voice.". '
+     'The content to speak is: "Good night.".'),
 ])
 def test_a_seeded_stream_equals_the_reference_pipeline_and_follows_the_chunk_plan(stack, random_checkpoints,
                                                                                    text, params, instruction):
     from tritontts.testing.references import auk_reference_audio
 
-    params = {"seed": 5, "num_inference_steps": STEPS, **params}
+    params = {"seed": 5, **({} if "t_grid" in params else {"num_inference_steps": STEPS}), **params}
     got, sizes = served(stack, text, params)
     frames = round(params["duration_seconds"] * 50)
     want = auk_reference_audio(random_checkpoints["auk"], instruction, frames, 5, nfe=STEPS,
-                               cfg=params.get("guidance_scale", 2.0), sway=params.get("sway", -1.0))
+                               cfg=params.get("guidance_scale", 2.0), sway=params.get("sway", -1.0),
+                               t_grid=params.get("t_grid"))
     diff = float(np.abs(got - want).max()) if got.shape == want.shape else float("inf")
     print(f"{frames} frames in chunks of {[s // HOP for s in sizes]}; max-abs-diff {diff:.2e} "
           f"(peak {float(np.abs(want).max()):.3f})")

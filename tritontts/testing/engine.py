@@ -24,6 +24,13 @@ def close_engine(llm) -> None:
     once inside another test's torch.export trace, which then failed. Closing one engine
     also tears down vLLM's process-wide parallel state: a module runs one engine at a time."""
     llm.llm_engine.engine_core.shutdown()
+    # vLLM's CPU worker replaces torch.set_num_threads for the whole process with a no-op
+    # once it binds its threads; left so, every later test's stage (tests run stages in
+    # process) silently kept vLLM's thread count, and a reference computed with other threads
+    # than the served stage drifted past a parity tolerance (GLM-TTS's: 4e-4 at peak 0.19).
+    import torch
+
+    torch.set_num_threads = torch._C.set_num_threads
 
 
 def frames_engine(model_dir, kv_cache_bytes: int, max_model_len: int = 512, **engine_args):
