@@ -78,13 +78,13 @@ def vllm_speed(checkpoint, tokens: int, batches=(1, 8)) -> dict[int, float]:
 
 
 def reference_speed(checkpoint, tokens: int, batches=(1, 8)) -> dict[int, float]:
-    import torch.nn.functional as F
     from transformers.models.qwen2_5_omni.configuration_qwen2_5_omni import Qwen2_5OmniThinkerConfig
     from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniThinkerForConditionalGeneration
 
     from safetensors import safe_open
 
     from tritontts.auk.random_checkpoint import VISION_TINY
+    from tritontts.testing.references import auk_fused_condition
 
     # The vision tower is never run here: a tiny one keeps 2.7 GB out of this arm's memory.
     # Tensors are copied in one at a time (fp32 model + one bf16 tensor, not two models).
@@ -98,14 +98,13 @@ def reference_speed(checkpoint, tokens: int, batches=(1, 8)) -> dict[int, float]
                     name = key[len("thinker."):]
                     if key.startswith("thinker.") and not name.startswith("visual.") and name in params:
                         params[name].copy_(handle.get_tensor(key))
-    weights, scale = checkpoint.read_fusion()
-    mix = torch.softmax(torch.tensor(weights), 0)
+    fusion = checkpoint.read_fusion()
     ids = torch.tensor([prompt(checkpoint, tokens)])
 
     def one(_n: int, _k: int) -> int:
         with torch.no_grad():
-            hidden = model(input_ids=ids, output_hidden_states=True, use_cache=False).hidden_states[1:]
-            fused = sum(F.layer_norm(h[0], h.shape[-1:]) * w for h, w in zip(hidden, mix)) * scale
+            hidden = model(input_ids=ids, output_hidden_states=True, use_cache=False).hidden_states
+            fused = auk_fused_condition(hidden, *fusion)
         return int(fused.shape[0])
 
     return in_turn_speed(one, tokens, "transformers thinker", unit="tokens", batches=batches)
@@ -179,17 +178,14 @@ def dit_steps(root: Path, frames: int = 250, text_tokens: int = 60) -> None:
 def vae_decode(root: Path, frames: int = 250) -> None:
     """5 s of latents decoded: ours whole, ours in the stage's chunks, vLLM-Omni's whole."""
     from tritontts.auk.checkpoint import open_checkpoint
-    from tritontts.auk.stages import AuKVAEStage
-    from tritontts.auk.vae import load_vae
+    from tritontts.auk.vae import chunk_bounds, load_vae
     from tritontts.testing.references import auk_module
 
     torch.set_num_threads(2)
     ckpt = open_checkpoint(root)
     latents = torch.randn(1, frames, 64, generator=torch.Generator().manual_seed(0))
     vae = load_vae(ckpt.vae_file, ckpt.vae)
-    stage = AuKVAEStage.__new__(AuKVAEStage)
-    stage.first, stage.most = 10, 200
-    bounds = stage.bounds(frames)
+    bounds = list(chunk_bounds(frames))
     vae.decode(latents[:, :20])                                  # warm-up
     start = time.perf_counter()
     whole = vae.decode(latents)

@@ -12,12 +12,12 @@ import gc
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from tritontts.auk.checkpoint import open_checkpoint
 from tritontts.auk.prompt import IM_END, PromptBuilder, rendered
 from tritontts.auk.random_checkpoint import write_random_checkpoint
 from tritontts.testing.engine import close_engine, frames_engine
+from tritontts.testing.references import auk_fused_condition
 
 INSTRUCTIONS = ('Generate speech based on the following description: "A clear, natural voice.". '
                 'The content to speak is: "Hello there, how are you today?".',
@@ -58,11 +58,8 @@ def reference_condition(model, checkpoint, ids, features=None, layer_weights=Non
     with torch.no_grad():
         out = model(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                     output_hidden_states=True, use_cache=False, **kwargs)
-    hidden = torch.stack(out.hidden_states[1:], dim=0)[:, 0]          # [layers, T, H]
     weights, scale = checkpoint.read_fusion()
-    mix = torch.softmax(torch.tensor(weights if layer_weights is None else layer_weights), dim=0)
-    normed = F.layer_norm(hidden, hidden.shape[-1:])
-    return (normed * mix[:, None, None]).sum(0) * scale
+    return auk_fused_condition(out.hidden_states, weights if layer_weights is None else layer_weights, scale)
 
 
 @pytest.fixture(scope="module")

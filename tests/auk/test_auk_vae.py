@@ -25,7 +25,7 @@ TINY = dict(upsample_rates=[5, 4, 3, 2, 2, 2], upsample_kernel_sizes=[10, 8, 6, 
             resblock_dilation_sizes=[[1, 3, 5], [1, 3, 5]], downsample_rates=[2, 2, 2, 3, 4, 5],
             downsample_channels=[2, 4, 4, 8, 8, 16, 16], snake_logscale=True, latent_dim=64,
             use_vae=True, causal=True, flow_hidden_channels=256, act_causal=True)
-FRAMES = 130                 # chunks (0, 10) (10, 60) (60, 110) (110, 130): both edges and the interior
+FRAMES = 130                 # chunks (0, 10) (10, 30) (30, 70) (70, 130): both edges and the interior
 
 
 def random_released_state(module: torch.nn.Module, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -159,7 +159,8 @@ def test_derived_reach_is_52_frames_back_and_7_ahead_at_the_released_size():
     assert anti_aliased_reach() == (8, 2)
     assert decoder_reach(VAEConfig()) == (52, 7)
     assert decoder_reach(VAEConfig.from_init_kwargs(TINY)) == (39, 7)
-    assert list(chunk_bounds(130)) == [(0, 10), (10, 60), (60, 110), (110, 130)]
+    assert list(chunk_bounds(130)) == [(0, 10), (10, 30), (30, 70), (70, 130)]
+    assert list(chunk_bounds(700)) == [(0, 10), (10, 30), (30, 70), (70, 150), (150, 310), (310, 510), (510, 700)]
     assert list(chunk_bounds(7)) == [(0, 7)]
     assert list(chunk_bounds(0)) == []
 
@@ -172,7 +173,7 @@ def test_chunked_decode_equals_the_whole_decode(setup):
     diff = max_diff(torch.cat(chunks, dim=1), whole)
     peak = whole.abs().max().item()
     print(f"chunks {[c.shape[1] // 480 for c in chunks]} frames: max-abs-diff {diff:.2e} (peak {peak:.3f})")
-    assert [c.shape[1] for c in chunks] == [4800, 24000, 24000, 9600]
+    assert [c.shape[1] for c in chunks] == [4800, 9600, 19200, 28800]
     assert diff <= 1e-5 * peak
 
 

@@ -106,13 +106,6 @@ class AuKCheckpoint:
     def num_layers(self) -> int:
         return self.text_config.int("num_hidden_layers")
 
-    def token_id(self, name: str, fallback: str | None = None) -> int:
-        """A special token's id as the thinker config names it (audio_token_index, ...)."""
-        fields = ConfigFields(self.thinker_config, self.thinker_root / ASSEMBLED_CONFIG, "thinker_config.")
-        if fallback is not None and not fields.has(name):
-            return fields.int(fallback)
-        return fields.int(name)
-
     @cached_property
     def thinker_files(self) -> tuple[Path, ...]:
         return safetensors_files(self.thinker_root, "Qwen2.5-Omni thinker")

@@ -115,6 +115,7 @@ def thinker_state(config: dict, size: str, generator: torch.Generator,
 
 def auk_state(size: str, num_layers: int, generator: torch.Generator,
               dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    from ..dit import RotaryEmbedding
     from .dit import AuKTransformer
 
     with torch.device("meta"):
@@ -122,7 +123,7 @@ def auk_state(size: str, num_layers: int, generator: torch.Generator,
     state = {}
     for name, meta in dit.state_dict().items():
         if name.endswith("inv_freq"):
-            state["transformer." + name] = _inv_freq(DIT[size]["dim_head"])     # fixed, not learned
+            state["transformer." + name] = RotaryEmbedding(DIT[size]["dim_head"]).inv_freq  # fixed
             continue
         noise = torch.randn(meta.shape, generator=generator)
         norm = meta.ndim == 1 and "norm" in name
@@ -130,10 +131,6 @@ def auk_state(size: str, num_layers: int, generator: torch.Generator,
     state["layer_weights"] = torch.randn(num_layers, generator=generator)
     state["layer_scale"] = torch.tensor([1.0 + 0.5 * float(torch.rand(1, generator=generator))])
     return state
-
-
-def _inv_freq(dim: int) -> torch.Tensor:
-    return 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
 
 
 def vae_state(size: str, generator: torch.Generator) -> dict[str, torch.Tensor]:

@@ -249,7 +249,7 @@ class AuKVAEStage(StreamingStage):
     decoder runs faster than real time."""
 
     def __init__(self, context: StageContext, checkpoint: AuKCheckpoint | None = None):
-        from .vae import load_vae
+        from .vae import CHUNK_FRAMES, FIRST_CHUNK_FRAMES, load_vae
 
         super().__init__(context)
         torch.set_num_threads(context.int_parameter("torch_threads", 1))
@@ -257,23 +257,14 @@ class AuKVAEStage(StreamingStage):
         self.device = torch.device(context.device)
         self.vae = load_vae(checkpoint.vae_file, checkpoint.vae).to(self.device)
         self.sample_rate = checkpoint.sample_rate
-        self.first = context.int_parameter("first_chunk_frames", 10)
-        self.most = context.int_parameter("chunk_frames", 200)
-
-    def bounds(self, frames: int) -> list[tuple[int, int]]:
-        from ..vllm_talker import chunk_sizes
-
-        out, start = [], 0
-        for size in chunk_sizes(self.most, self.first, growth=2):
-            if start >= frames:
-                return out
-            out.append((start, min(frames, start + size)))
-            start += size
-        return out
+        self.first = context.int_parameter("first_chunk_frames", FIRST_CHUNK_FRAMES)
+        self.most = context.int_parameter("chunk_frames", CHUNK_FRAMES)
 
     def run(self, inputs: Inputs):
+        from .vae import chunk_bounds
+
         latents = torch.from_numpy(np.array(inputs["latents"], np.float32))[None].to(self.device)
-        bounds = self.bounds(latents.shape[1])
+        bounds = list(chunk_bounds(latents.shape[1], self.first, self.most))
         for i, (start, end) in enumerate(bounds):
             if inputs.cancelled():
                 return

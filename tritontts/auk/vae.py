@@ -51,9 +51,11 @@ PRE_KERNEL = 7             # conv_pre (centred) and conv_post (causal)
 # model_init_kwargs the release carries for training only.
 IGNORED_INIT_KWARGS = frozenset({"flow_hidden_channels"})
 
-# Streaming plan (decode_chunks): a small first chunk so audio starts early, then larger ones.
+# Streaming plan (decode_chunks, the auk_vae stage): a small first chunk so audio starts
+# early, then each chunk twice the one before, up to CHUNK_FRAMES: few chunks, so the context
+# each decodes again stays a small overhead.
 FIRST_CHUNK_FRAMES = 10
-CHUNK_FRAMES = 50
+CHUNK_FRAMES = 200
 
 
 # --- config ---------------------------------------------------------------------------------
@@ -380,9 +382,9 @@ class AuKVAE(nn.Module):
         return audio[:, (start - lo) * self.hop:(end - lo) * self.hop]
 
     def decode_chunks(self, latents: Tensor, first: int = FIRST_CHUNK_FRAMES,
-                      size: int = CHUNK_FRAMES) -> Iterator[Tensor]:
+                      most: int = CHUNK_FRAMES) -> Iterator[Tensor]:
         """decode(latents) in pieces, in order, as chunk_bounds plans them."""
-        for start, end in chunk_bounds(latents.shape[1], first, size):
+        for start, end in chunk_bounds(latents.shape[1], first, most):
             yield self.decode_range(latents, start, end)
 
 
@@ -424,14 +426,19 @@ def decoder_reach(config: VAEConfig) -> tuple[int, int]:
     return past + PRE_KERNEL // 2, future + PRE_KERNEL // 2
 
 
-def chunk_bounds(frames: int, first: int = FIRST_CHUNK_FRAMES, size: int = CHUNK_FRAMES) -> Iterator[tuple[int, int]]:
-    """[start, end) latent frames per chunk: `first` frames, then `size` at a time."""
-    if first < 1 or size < 1:
-        raise ValueError(f"chunk sizes must be positive, got {first} and {size}")
-    start, step = 0, first
-    while start < frames:
-        yield start, min(frames, start + step)
-        start, step = start + step, size
+def chunk_bounds(frames: int, first: int = FIRST_CHUNK_FRAMES, most: int = CHUNK_FRAMES) -> Iterator[tuple[int, int]]:
+    """[start, end) latent frames per chunk: `first` frames, then each chunk twice the one
+    before, up to `most` (the talkers' chunk_sizes with growth 2)."""
+    from ..vllm_talker import chunk_sizes
+
+    if first < 1 or most < 1:
+        raise ValueError(f"chunk sizes must be positive, got {first} and {most}")
+    start = 0
+    for size in chunk_sizes(most, first, growth=2):
+        if start >= frames:
+            return
+        yield start, min(frames, start + size)
+        start += size
 
 
 # --- checkpoint -----------------------------------------------------------------------------

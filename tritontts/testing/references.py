@@ -375,6 +375,18 @@ def gepard_reference_frames(backbone, omni, config, prompt_ids: list[int], seed:
     return torch.stack(frames)
 
 
+def auk_fused_condition(hidden_states, layer_weights, layer_scale: float):
+    """AuK's upstream read-out of a transformers thinker's `hidden_states` (embeddings first,
+    then every layer's output, the last after the final norm): layers 1.. layer-normed
+    without affine, mixed by softmax(layer_weights), times layer_scale -> [T, hidden]."""
+    import torch
+    import torch.nn.functional as F
+
+    hidden = torch.stack(tuple(hidden_states[1:]), dim=0)[:, 0]
+    mix = torch.softmax(torch.as_tensor(layer_weights, dtype=torch.float32), dim=0)
+    return (F.layer_norm(hidden, hidden.shape[-1:]) * mix[:, None, None]).sum(0) * layer_scale
+
+
 def auk_reference_audio(root, instruction: str, frames: int, seed: int, t_grid=None, nfe: int = 32,
                         cfg: float = 2.0, sway: float | None = -1.0, clip24k=None, vae_sample: bool = False):
     """AuK end to end by the references, fp32, on a checkpoint folder: transformers'
@@ -386,7 +398,6 @@ def auk_reference_audio(root, instruction: str, frames: int, seed: int, t_grid=N
     Returns the waveform [frames * 480]."""
     import numpy as np
     import torch
-    import torch.nn.functional as F
     from safetensors.torch import load_file
     from transformers import WhisperFeatureExtractor
     from transformers.models.qwen2_5_omni.configuration_qwen2_5_omni import Qwen2_5OmniThinkerConfig
@@ -435,10 +446,7 @@ def auk_reference_audio(root, instruction: str, frames: int, seed: int, t_grid=N
         ids = tokenizer(rendered(instruction, audio_tokens), add_special_tokens=False)["input_ids"]
         out = thinker(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                       output_hidden_states=True, use_cache=False, **kwargs)
-        hidden = torch.stack(out.hidden_states[1:], dim=0)[:, 0]
-        weights, scale = ckpt.read_fusion()
-        mix = torch.softmax(torch.tensor(weights), dim=0)
-        cond = (F.layer_norm(hidden, hidden.shape[-1:]) * mix[:, None, None]).sum(0) * scale
+        cond = auk_fused_condition(out.hidden_states, *ckpt.read_fusion())
         latents = sample_latents(dit, text=cond[None], c_mask=torch.ones(1, cond.shape[0], dtype=torch.bool),
                                  ref=ref, ref_mask=torch.ones(ref.shape[:2], dtype=torch.bool), gen_frames=frames,
                                  nfe=nfe, cfg_strength=cfg, sway_sampling_coef=sway,
