@@ -9,27 +9,11 @@ Attention is causal by default (a talker with a KV cache); OmniVoice passes its 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-
-@dataclass(frozen=True)
-class Qwen3Shape:
-    """What one Qwen3 decoder stack is built from (a checkpoint's Qwen3 config, read)."""
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    rms_norm_eps: float
-    rope_theta: float
-    attention_bias: bool
-    max_position_embeddings: int
+from .qwen3_shape import Qwen3Shape
 
 
 class RMSNorm(nn.Module):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..checkpoint import (CheckpointError, ConfigFields, read_json, require_dir, require_files,
                           require_json_objects, require_tokenizer, weight_names)
-from ..qwen3 import Qwen3Shape
+from ..qwen3_shape import Qwen3Shape
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

@@ -32,7 +32,7 @@ from ..checkpoint import ConfigFields as _Fields
 from ..checkpoint import read_json as _read_json
 from ..checkpoint import read_tensors, require_dir, require_files, require_json_objects, require_tokenizer
 from ..checkpoint import weight_names as _weight_names
-from ..qwen3 import Qwen3Shape
+from ..qwen3_shape import Qwen3Shape
 
 CONFIG_FILE = "config.json"
 GENERATION_FILE = "generation_config.json"
