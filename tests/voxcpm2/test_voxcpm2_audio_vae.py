@@ -157,9 +157,8 @@ def test_released_config_has_upstream_keys_and_shapes():
 
 @pytest.mark.parametrize("config", [TINY_RELEASED_RATES_CONFIG, TINY_CONFIG], ids=["released_rates", "tiny"])
 def test_decoder_context_frames_is_the_exact_receptive_field(tmp_path, config):
-    """In float64 (no rounding to hide behind): a window with decoder_context_frames of left
-    context decodes its new frames exactly as the whole utterance does; one frame less does
-    not."""
+    """In float64: a window with decoder_context_frames of left context decodes its new frames
+    as the whole utterance does, to float64 round-off; one frame less does not."""
     vae = load_audio_vae(write_random_audio_vae(tmp_path / "vae.safetensors", config, seed=1), config).double()
     context = decoder_context_frames(config)
     latents = torch.randn(1, config.latent_dim, 2 * context + 8,
@@ -171,6 +170,13 @@ def test_decoder_context_frames_is_the_exact_receptive_field(tmp_path, config):
         window = vae.decode(latents[..., start - frames:])[0][frames * hop:]
         return float((window - whole[start * hop:]).abs().max())
 
-    print(f"{context} frames of context: {window_error(context):.1e}; one less: {window_error(context - 1):.1e}")
-    assert window_error(context) == 0.0
-    assert window_error(context - 1) > 1e-9
+    # Not exactly 0.0: the window and the whole run through convolutions of other lengths, and
+    # the CPU's kernels sum them in other orders (0.0 on one machine, 3.2e-15 / 6.7e-14 on
+    # another of the same kind). 1e-11 of the peak is float64 round-off (eps 2.2e-16) grown
+    # over the decoder's depth with margin; a missing frame of context costs 5.6e-7 / 4.6e-6,
+    # more than 1e3 times the tolerance.
+    tolerance = 1e-11 * float(whole.abs().max())
+    exact, short = window_error(context), window_error(context - 1)
+    print(f"{context} frames of context: {exact:.1e}; one less: {short:.1e}; tolerance {tolerance:.1e}")
+    assert exact <= tolerance
+    assert short > 1e3 * tolerance
