@@ -2,6 +2,7 @@
 vLLM checkpoint against a plain transformers forward of the original llm.pt."""
 from __future__ import annotations
 
+import gc
 import os
 import random
 from pathlib import Path
@@ -14,6 +15,7 @@ from tritontts.cosyvoice3.config import load_hyperpyyaml
 from tritontts.cosyvoice3.talker import SPEECH_VOCAB, convert_llm_checkpoint
 from tritontts.ras import ras_distribution, ras_extra_args
 from tritontts.cosyvoice3.tokenizer import CosyVoice3TextTokenizer
+from tritontts.testing.engine import close_engine
 
 
 @pytest.fixture(scope="module")
@@ -157,9 +159,18 @@ def vllm_talker(tiny, tmp_path_factory):
     out = tmp_path_factory.mktemp("talker")
     vocab = convert_llm_checkpoint(ckpt.state_dict("llm.pt"), text_config, out)
     llm = LLM(model=str(out), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
-              max_model_len=1024, enable_prefix_caching=False, seed=0, gpu_memory_utilization=0.1,
+              max_model_len=1024, enable_prefix_caching=False, seed=0,
+              # A fixed KV cache, not a share of memory: vLLM's CPU worker sizes a share from
+              # the NUMA node's memory (13.8 GB on one machine of 23 GiB), less what earlier
+              # tests' engines still hold, and then refused this one.
+              kv_cache_memory_bytes=256 << 20,
               logits_processors=[RAS_LOGITS_PROCESSOR])
-    return llm, vocab, ckpt
+    yield llm, vocab, ckpt
+    # Closed here, not by the garbage collector: it also tears down vLLM's process-wide
+    # parallel state, which a later module's own vLLM layers would otherwise find taken.
+    close_engine(llm)
+    del llm
+    gc.collect()
 
 
 def test_vllm_talker_matches_transformers_forward(tiny, vllm_talker):
