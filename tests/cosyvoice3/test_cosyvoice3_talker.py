@@ -15,7 +15,7 @@ from tritontts.cosyvoice3.config import load_hyperpyyaml
 from tritontts.cosyvoice3.talker import SPEECH_VOCAB, convert_llm_checkpoint
 from tritontts.ras import ras_distribution, ras_extra_args
 from tritontts.cosyvoice3.tokenizer import CosyVoice3TextTokenizer
-from tritontts.testing.engine import close_engine
+from tritontts.testing.engine import close_engine, in_process_llm
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +148,6 @@ def _reference_logits(tiny, prompt_text_ids, text_ids, prompt_speech, steps):
 
 @pytest.fixture(scope="module")
 def vllm_talker(tiny, tmp_path_factory):
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm import LLM
-
     from tritontts.vllm_ras import RAS_LOGITS_PROCESSOR
 
     ckpt = open_checkpoint(tiny)
@@ -158,13 +155,12 @@ def vllm_talker(tiny, tmp_path_factory):
     text_config = json.loads((ckpt.text_model_dir / "config.json").read_text())
     out = tmp_path_factory.mktemp("talker")
     vocab = convert_llm_checkpoint(ckpt.state_dict("llm.pt"), text_config, out)
-    llm = LLM(model=str(out), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
-              max_model_len=1024, enable_prefix_caching=False, seed=0,
-              # A fixed KV cache, not a share of memory: vLLM's CPU worker sizes a share from
-              # the NUMA node's memory (13.8 GB on one machine of 23 GiB), less what earlier
-              # tests' engines still hold, and then refused this one.
-              kv_cache_memory_bytes=256 << 20,
-              logits_processors=[RAS_LOGITS_PROCESSOR])
+    # A fixed KV cache, not a share of memory (in_process_llm: vLLM's CPU worker sizes a
+    # share from the NUMA node's memory, 13.8 GB on one machine of 23 GiB, less what earlier
+    # tests' engines still hold, and then refused this one); 256 MiB as the tiny servers'.
+    llm = in_process_llm(out, 256 << 20, skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
+                         max_model_len=1024, enable_prefix_caching=False, seed=0,
+                         logits_processors=[RAS_LOGITS_PROCESSOR])
     yield llm, vocab, ckpt
     # Closed here, not by the garbage collector: it also tears down vLLM's process-wide
     # parallel state, which a later module's own vLLM layers would otherwise find taken.

@@ -8,8 +8,6 @@ here, and the bf16 tables' effect on the codes is printed (upstream's, which we 
 perturbed weight as the negative control."""
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 
@@ -52,18 +50,20 @@ class Greedy:
         return int(torch.argmax(logits))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def pair():
     from vllm.config import VllmConfig
+
+    # vLLM's parallel state is process-wide: set up for this module (or reused) and released
+    # when the module ends or its setup fails (tritontts.testing.engine).
+    from tritontts.testing.engine import vllm_parallel_state
+
+    with vllm_parallel_state(VllmConfig()) as vllm_config:
+        yield _pair(vllm_config)
+
+
+def _pair(vllm_config):
     from vllm.config.vllm import set_current_vllm_config
-    from vllm.distributed import (destroy_distributed_environment, destroy_model_parallel,
-                                  init_distributed_environment, initialize_model_parallel)
 
     from tritontts.testing.references import vllm_omni_module
 
@@ -88,11 +88,7 @@ def pair():
             head_dim=t["head_dim"], n_layer=t["n_layer"], intermediate_size=t["intermediate_size"],
             codebook_size=CODEBOOK, num_codebooks=10, semantic_begin_id=SEMANTIC_BEGIN,
             semantic_end_id=SEMANTIC_BEGIN + CODEBOOK - 1)
-        vllm_config = VllmConfig()
         with set_current_vllm_config(vllm_config):
-            init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                         distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
-            initialize_model_parallel(1, 1)
             ref = m.FishSpeechFastAR(vllm_config=vllm_config, config=fast_config, slow_ar_config=slow_config,
                                      prefix="fast_ar")
     # The checkpoint's audio_decoder.* under vLLM-Omni's fast AR names (its own remap).
@@ -125,9 +121,7 @@ def pair():
             if method is not None:
                 method.process_weights_after_loading(module)
     assert {n for n, _ in ref.named_parameters()} <= loaded | {n for n, _ in ref.named_parameters() if "rotary" in n}
-    yield config, ours.eval(), ref.eval()
-    destroy_model_parallel()
-    destroy_distributed_environment()
+    return config, ours.eval(), ref.eval()
 
 
 def test_residual_codes_match_vllm_omni_greedy(pair):

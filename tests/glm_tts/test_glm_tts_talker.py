@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import os
 import shutil
 
 import pytest
@@ -443,15 +442,13 @@ def _glm_prompts(tok):
 
 @pytest.fixture(scope="module")
 def llm(ckpt):
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"      # in-process core, as other talker tests
-    from vllm import LLM
-
-    from tritontts.testing.engine import close_engine
+    from tritontts.testing.engine import close_engine, in_process_llm
     from tritontts.vllm_ras import RAS_LOGITS_PROCESSOR
 
-    engine = LLM(model=str(ckpt / "llm"), skip_tokenizer_init=True, dtype="float32", enforce_eager=True,
-                 max_model_len=1024, max_num_seqs=4, enable_prefix_caching=False, seed=0,
-                 kv_cache_memory_bytes=64 * 2**20, logits_processors=[RAS_LOGITS_PROCESSOR])
+    # In-process core and a fixed 64 MiB KV cache, as other talker tests (in_process_llm).
+    engine = in_process_llm(ckpt / "llm", 64 * 2**20, skip_tokenizer_init=True, dtype="float32",
+                            enforce_eager=True, max_model_len=1024, max_num_seqs=4,
+                            enable_prefix_caching=False, seed=0, logits_processors=[RAS_LOGITS_PROCESSOR])
     yield engine
     close_engine(engine)
     del engine
