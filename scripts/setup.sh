@@ -43,21 +43,25 @@ or pyenv install 3.11) and rerun with PYTHON=/path/to/python3.11 bash scripts/se
 if [ "$LEVEL" = full ]; then
   DEBS=()
   for deb in libb64-0d chromium chromium-driver; do dpkg -s "$deb" >/dev/null 2>&1 || DEBS+=("$deb"); done
-  if [ ${#DEBS[@]} -gt 0 ] || ! command -v kubectl >/dev/null 2>&1; then
+  # Who may run apt: root, or password-less sudo; nobody otherwise.
+  if [ "$(id -u)" = 0 ]; then SUDO=()
+  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=(sudo -n)
+  else SUDO=(false); fi
+  if [ ${#DEBS[@]} -gt 0 ]; then
     command -v apt-get >/dev/null 2>&1 || die "the full setup needs the Debian packages \
-${DEBS[*]:-kubectl}, and this machine has no apt-get: install their equivalents (libb64, \
-chromium + chromedriver) by hand and rerun. Serving the default voice needs none of them: \
-bash scripts/serve.sh"
-    if [ "$(id -u)" = 0 ]; then SUDO=()
-    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=(sudo -n)
-    else die "the full setup needs the Debian packages ${DEBS[*]:-kubectl} and is not root \
-(no password-less sudo either): run once as root \
-'apt-get update && apt-get install -y ${DEBS[*]:-kubectl}', then rerun this script. \
+${DEBS[*]}, and this machine has no apt-get: install their equivalents (libb64, chromium + \
+chromedriver) by hand and rerun. Serving the default voice needs none of them: bash scripts/serve.sh"
+    [ "${SUDO[*]}" != false ] || die "the full setup needs the Debian packages ${DEBS[*]} and \
+is not root (no password-less sudo either): run once as root \
+'apt-get update && apt-get install -y ${DEBS[*]}', then rerun this script. \
 Serving the default voice needs none of them: bash scripts/serve.sh"
-    fi
+  fi
+  # kubectl is optional: not in every Debian's archive (Kubernetes' own apt repository has
+  # it), and only the manifest tests need it (they say so if it is missing). Looked for only
+  # where apt may run.
+  if { [ ${#DEBS[@]} -gt 0 ] || ! command -v kubectl >/dev/null 2>&1; } \
+     && command -v apt-get >/dev/null 2>&1 && [ "${SUDO[*]}" != false ]; then
     "${SUDO[@]}" apt-get update -qq || die "apt-get update failed (above): no network to the Debian archive?"
-    # kubectl is not in every Debian's archive (Kubernetes' own apt repository has it): only
-    # the manifest tests need it, and they say so if it is missing.
     if ! command -v kubectl >/dev/null 2>&1 && apt-cache policy kubectl | grep -q 'Candidate: [0-9]'; then
       DEBS+=(kubectl)
     fi
