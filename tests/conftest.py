@@ -133,12 +133,38 @@ def stack_key(item) -> tuple | None:
     return None
 
 
+def pytest_addoption(parser):
+    parser.addoption("--module-order", default="file",
+                     help="file (default), reverse, or shuffle:SEED: the order test modules run "
+                          "in (tests keep their order within a module), to find tests that "
+                          "pass only after, or only before, others")
+
+
+def order_modules(items: list, order: str) -> list:
+    """`items` with whole modules in `order` (see --module-order), each module's tests as
+    collected."""
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.module.__name__, []).append(item)
+    names = list(modules)
+    if order == "reverse":
+        names.reverse()
+    elif order.startswith("shuffle:"):
+        import random
+
+        random.Random(order.partition(":")[2]).shuffle(names)
+    elif order != "file":
+        raise pytest.UsageError(f"--module-order takes file, reverse or shuffle:SEED, got {order!r}")
+    return [item for name in names for item in modules[name]]
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """Tests without a pooled stack first (file order), then each stack's tests together,
-    stacks in the order they are first needed, tests in file order within a stack. Starting
-    a server is the suite's largest cost (up to two minutes for CosyVoice3 here), and file
-    order alone would start each family's server again for its own modules after the
-    contract suite, and again for the load test."""
+    """Modules in --module-order; then tests without a pooled stack first (in that order),
+    then each stack's tests together, stacks in the order they are first needed, tests in
+    that order within a stack. Starting a server is the suite's largest cost (up to two
+    minutes for CosyVoice3 here), and file order alone would start each family's server
+    again for its own modules after the contract suite, and again for the load test."""
+    items[:] = order_modules(items, config.getoption("--module-order"))
     groups: dict[tuple | None, list] = {None: []}
     for item in items:
         groups.setdefault(stack_key(item), []).append(item)

@@ -81,3 +81,55 @@ def test_parallel_state_for_vllm_layers_is_reused_where_set_and_released_by_its_
         with vllm_parallel_state(VllmConfig()):
             raise RuntimeError("boom")
     assert not taken()                                  # released when the body failed too
+
+
+def test_servers_started_after_an_in_process_engine_do_not_inherit_its_vllm_variables(
+        monkeypatch, tmp_path):
+    from tritontts.testing.stack import new_user_environment
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")     # what in_process_llm sets
+    monkeypatch.setenv("TRITONTTS_SOME_SETTING", "kept")           # control: others are passed
+    env = new_user_environment(tmp_path)
+    assert not [k for k in env if k.startswith("VLLM_") and k != "VLLM_CACHE_ROOT"]
+    assert env["TRITONTTS_SOME_SETTING"] == "kept"
+
+
+def test_every_talker_asking_more_than_the_tiny_kv_cache_gets_exactly_it():
+    from tritontts.families import FAMILIES
+    from tritontts.profiles import talker_settings_path
+    from tritontts.repository import STAGE_REPOSITORY
+    from tritontts.testing.stack import TINY_KV_CACHE_BYTES, tiny_engine_args
+
+    args = tiny_engine_args(tuple(FAMILIES))
+    flags = list(args[1::2])
+    assert set(args[::2]) == {"--engine-arg"}
+    asked = {}
+    for family in FAMILIES.values():
+        for stage in family.stages:
+            path = talker_settings_path(STAGE_REPOSITORY / stage)
+            if path:
+                asked[stage] = json.loads(path.read_text())["engine_args"].get("kv_cache_memory_bytes", 0)
+    big = sorted(s for s, b in asked.items() if b > TINY_KV_CACHE_BYTES)
+    # The released sizes include 1 GiB (CosyVoice3, Qwen3-TTS, Voxtral TTS): the rule has work.
+    assert {"cosyvoice3_talker", "qwen3_tts_talker", "voxtral_tts_talker"} <= set(big)
+    assert sorted(flags) == [f"{s}.kv_cache_memory_bytes={TINY_KV_CACHE_BYTES}" for s in big]
+
+
+def test_the_served_in_process_engine_releases_vllm_state_after_a_refused_start_and_a_shutdown(
+        talker_dir):
+    import asyncio
+
+    from tritontts.vllm_talker import InprocEngine
+
+    loop = asyncio.new_event_loop()
+    try:
+        with pytest.raises(RuntimeError, match="failed to start"):
+            InprocEngine(str(talker_dir), {**ARGS, "kv_cache_memory_bytes": TOO_LARGE}, loop)
+        assert not taken(), "a refused start left vLLM's parallel state set"
+        engine = InprocEngine(str(talker_dir), {**ARGS, "kv_cache_memory_bytes": 64 * 2**20}, loop)
+        assert taken()            # control: a running engine holds the state
+        engine.shutdown()
+        assert not engine.thread.is_alive() and not taken()
+    finally:
+        release_vllm_process_state()          # vLLM's thread patch, for the modules after
+        loop.close()

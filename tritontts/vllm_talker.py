@@ -170,10 +170,25 @@ class InprocEngine:
 
             engine = LLMEngine.from_engine_args(EngineArgs(model=model, **args))
         except BaseException as exc:  # noqa: BLE001 - reported to the constructor
+            # A build refused late (a KV cache too large for the node) has already set up
+            # torch.distributed and vLLM's parallel groups in this process: undo them, so a
+            # retry in the same process (a model reload) does not find them taken.
+            _release_vllm_process_state()
             self.failure = exc
             self.ready.set()
             return
         self.ready.set()
+        try:
+            self._serve(engine)
+        finally:
+            # The engine core's own shutdown frees the KV cache and the worker at finalize
+            # (and where a stage runs inside a longer-lived process, e.g. a test's).
+            try:
+                engine.engine_core.shutdown()
+            finally:
+                _release_vllm_process_state()
+
+    def _serve(self, engine) -> None:
         while True:
             # Block for work only when nothing is running.
             try:
@@ -232,6 +247,16 @@ class InprocEngine:
     def shutdown(self) -> None:
         self.commands.put(("stop",))
         self.thread.join(timeout=30)
+
+
+def _release_vllm_process_state() -> None:
+    """vLLM's own cleanup of torch.distributed and its parallel groups (a no-op where
+    nothing is set, and where vLLM itself failed to import)."""
+    try:
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    except ImportError:
+        return
+    cleanup_dist_env_and_memory()
 
 
 def chunk_sizes(chunk_frames: int = 25, initial_chunk_frames: int = 0,

@@ -3,6 +3,7 @@
 alive at a time, restarting it only when the families wanted change."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -27,9 +28,13 @@ def free_port() -> int:
 def new_user_environment(caches: Path) -> dict[str, str]:
     """The environment of a new user's login shell: no venv activated, only system
     directories on PATH, nothing Python-specific inherited, and caches that start empty
-    (vLLM caches its model inspection across runs, which once hid a broken PATH)."""
+    (vLLM caches its model inspection across runs, which once hid a broken PATH). No VLLM_*
+    variable either: an in-process test engine sets VLLM_ENABLE_V1_MULTIPROCESSING=0 in the
+    test process, and servers started after it inherited it, so whether their talkers ran
+    vLLM's engine core in a child process depended on the order tests ran in."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH")}
+           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH")
+           and not k.startswith("VLLM_")}
     env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
     env["XDG_CACHE_HOME"] = str(caches)
     env["VLLM_CACHE_ROOT"] = str(caches / "vllm")
@@ -96,20 +101,30 @@ def inspect_talker_models(caches: Path) -> bool:
     return out.returncode == 0
 
 
-# Engine arguments for servers of tiny random checkpoints (--engine-arg), over model.json's
-# sized for released ones: CosyVoice3's talker's 1 GiB of KV cache (seconds to allocate at
-# every start) where 256 MiB holds 16 tiny requests of 4096 positions, as the other talkers
-# have.
-TINY_ENGINE_ARGS = {"cosyvoice3_talker": {"kv_cache_memory_bytes": 256 * 2**20}}
+# A vLLM stage's KV cache on a server of tiny random checkpoints (--engine-arg over
+# model.json's kv_cache_memory_bytes, which is sized for released checkpoints: up to 1 GiB,
+# seconds to allocate at every start and memory other engines of the run may need). A tiny
+# talker's KV is a few KiB per position, so this holds its max_num_seqs requests of
+# max_model_len positions many times over.
+TINY_KV_CACHE_BYTES = 256 * 2**20
 
 
 def tiny_engine_args(families: tuple[str, ...]) -> tuple[str, ...]:
-    """The launcher's --engine-arg flags of TINY_ENGINE_ARGS for the talkers of `families`."""
+    """The launcher's --engine-arg flags that give every vLLM stage of `families` whose
+    model.json asks for more than TINY_KV_CACHE_BYTES of KV cache exactly that."""
     from ..families import FAMILIES
+    from ..profiles import talker_settings_path
+    from ..repository import STAGE_REPOSITORY
 
-    return tuple(arg for f in families for stage in FAMILIES[f].stages
-                 for key, value in TINY_ENGINE_ARGS.get(stage, {}).items()
-                 for arg in ("--engine-arg", f"{stage}.{key}={value}"))
+    args = []
+    for family in families:
+        for stage in FAMILIES[family].stages:
+            path = talker_settings_path(STAGE_REPOSITORY / stage)
+            asked = json.loads(path.read_text())["engine_args"].get("kv_cache_memory_bytes", 0) \
+                if path else 0
+            if asked > TINY_KV_CACHE_BYTES:
+                args += ["--engine-arg", f"{stage}.kv_cache_memory_bytes={TINY_KV_CACHE_BYTES}"]
+    return tuple(args)
 
 
 def engine_processes() -> set[int]:
