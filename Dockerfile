@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # tritontts on NVIDIA GPUs: the `gpu` extra of pyproject.toml, the stages on the gpu profile
-# (tritontts/profiles.py), the OpenAI front on :8091. How to use it: docs/gpu.md.
+# (tritontts/deploy/profiles.py), the OpenAI front on :8091. How to use it: docs/gpu.md.
 #
 # NEVER BUILT OR RUN: this file was written on a machine with no docker, no GPU and no
 # internet. The package pins were checked against the wheels' metadata; the image, the
@@ -57,11 +57,11 @@ RUN pip install --no-cache-dir --no-deps nvidia-pytriton==0.7.0
 
 COPY . .
 # Editable, as on the CPU path: the launcher finds model_repository/ and ensembles/ beside
-# the package (tritontts/repository.py REPO_ROOT).
+# the package (tritontts/deploy/repository.py REPO_ROOT).
 RUN pip install --no-cache-dir --no-deps -e . \
     && python - <<'PY'
 import numpy, onnxruntime, tensorrt, torch
-from tritontts.tritonserver import prepare_python_backend
+from tritontts.deploy.tritonserver import prepare_python_backend
 prepare_python_backend()     # the launcher's tritonserver: stub and tritontts backend in place
 assert torch.version.cuda and torch.version.cuda.startswith("13"), f"torch {torch.__version__} is not the CUDA 13 build"
 assert "CUDAExecutionProvider" in onnxruntime.get_available_providers(), "onnxruntime is not onnxruntime-gpu"
@@ -71,7 +71,7 @@ print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), onnxruntime {onnx
 PY
 
 # The image's own tritonserver can serve our stages too (tritonserver --model-repository
-# DIR after `python -m tritontts.profiles gpu --out DIR`): the same registration the
+# DIR after `python -m tritontts.deploy.profiles gpu --out DIR`): the same registration the
 # launcher makes in the wheel's backend directory, made in /opt/tritonserver. The stub is
 # the wheel's 3.11 build of this Triton release; it finds its libcudart in the wheel's
 # library folder (whose file names are hashed, so it cannot shadow system libraries).
@@ -79,7 +79,7 @@ RUN SITE=$(python -c 'import site; print(site.getsitepackages()[0])') \
     && cp "$SITE/pytriton/tritonserver/python_backend_stubs/3.11/triton_python_backend_stub" \
           /opt/tritonserver/backends/python/triton_python_backend_stub \
     && chmod 755 /opt/tritonserver/backends/python/triton_python_backend_stub \
-    && ln -sfn /opt/tritontts/tritontts/triton_backend /opt/tritonserver/backends/tritontts
+    && ln -sfn /opt/tritontts/tritontts/serving/triton_backend /opt/tritonserver/backends/tritontts
 ENV LD_LIBRARY_PATH=${LD_LIBRARY_PATH}:/opt/venv/lib/python3.11/site-packages/nvidia_pytriton.libs
 # The stub's embedded interpreter ignores PYTHONPATH; the backend's model.py reads this.
 ENV TRITONTTS_PYTHONPATH=/opt/tritontts:/opt/venv/lib/python3.11/site-packages

@@ -3,7 +3,7 @@
   .venv/bin/python build/export.py --family cosyvoice3 --checkpoint DIR
   .venv/bin/python build/export.py --family qwen3_tts --checkpoint DIR --tensorrt --fp16
 
-Each network (Family.export_graphs: the CosyVoice3 DiT velocity and HiFT spectrum, the
+Each network (Family.graphs: the CosyVoice3 DiT velocity and HiFT spectrum, the
 Qwen3-TTS Code2Wav latents and vocoder) is exported with dynamic batch and frame axes into
 the cache the stages read ($TRITONTTS_CACHE/engines/<network>/<weights hash>/, or --cache),
 so a server started afterwards finds them instead of exporting on first start. With
@@ -19,11 +19,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tritontts.families import FAMILIES  # noqa: E402
-from tritontts.runtime import (compare, engine_dir, select_runner)  # noqa: E402
+from tritontts.nn.runtime import compare, engine_dir, select_runner  # noqa: E402
 
 
 def main(argv=None) -> int:
-    exportable = [name for name, f in FAMILIES.items() if f.export_graphs]
+    exportable = [name for name, f in FAMILIES.items() if f.graphs]
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", required=True, choices=exportable)

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import uvicorn
 
-from tritontts.checkpoint import CheckpointError
+from tritontts.weights.checkpoint import CheckpointError
 from tritontts.families import DEFAULT_FAMILY, FAMILIES, family_of
-from tritontts.profiles import PROFILES, gpu_ids
+from tritontts.deploy.profiles import PROFILES, gpu_ids
 
 from .app import create_app
 from .media import MediaPolicy
@@ -54,14 +54,14 @@ def triton_urls(value: str) -> list[str]:
 
 def engine_arg(value: str) -> tuple[str, str, object]:
     """STAGE.KEY=VALUE of --engine-arg: a talker stage's vLLM engine argument."""
-    from tritontts.vllm_talker import parse_engine_arg
+    from tritontts.engine.vllm_talker import parse_engine_arg
 
     try:
         stage, key, parsed = parse_engine_arg(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    from tritontts.profiles import talker_settings_path
-    from tritontts.repository import STAGE_REPOSITORY
+    from tritontts.deploy.profiles import talker_settings_path
+    from tritontts.deploy.repository import STAGE_REPOSITORY
 
     # A vLLM stage is one with engine arguments in 1/model.json: the talkers, AuK's encoder.
     if not talker_settings_path(STAGE_REPOSITORY / stage):
@@ -74,7 +74,7 @@ def engine_args_env(given: list[tuple[str, str, object]]) -> dict[str, str]:
     """tritonserver's environment entry carrying --engine-arg to the talker stages."""
     import json
 
-    from tritontts.vllm_talker import ENGINE_ARGS_ENV
+    from tritontts.engine.vllm_talker import ENGINE_ARGS_ENV
 
     grouped: dict[str, dict[str, object]] = {}
     for stage, key, value in given:
@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile", choices=PROFILES,
                         default=os.environ.get("TRITONTTS_PROFILE", "cpu"),
                         help="where the stages run: cpu (model_repository/ as committed) or gpu "
-                             "(tritontts.profiles rewrites them for a GPU; docs/gpu.md); "
+                             "(tritontts.deploy.profiles rewrites them for a GPU; docs/gpu.md); "
                              "default: $TRITONTTS_PROFILE or cpu; unused with --triton-url")
     parser.add_argument("--gpus", type=gpu_ids, default=[0], metavar="IDS",
                         help="GPU ids the gpu profile places stage instances on, e.g. 0,1 "
@@ -202,12 +202,12 @@ def checkpoint_env(families: list[str], given: dict[str, str],
 
 
 def checked(name: str, family, path: str) -> Path:
-    """The checkpoint path, resolved and opened by the family's preflight (LaunchError
-    naming the file otherwise)."""
+    """The checkpoint path, resolved and opened by the family's reader before anything
+    starts (LaunchError naming the file otherwise)."""
     resolved = Path(path).expanduser().resolve()
-    if family.preflight is not None:
+    if family.open_checkpoint is not None:
         try:
-            family.preflight(resolved)
+            family.open_checkpoint(resolved)
         except CheckpointError as exc:
             raise LaunchError(f"{name} checkpoint: {exc}") from None
     return resolved
@@ -230,7 +230,7 @@ def instance_repositories(instances: dict[str, str], source: Path | None = None)
         return ()
     import tempfile
 
-    from tritontts.repository import STAGE_REPOSITORY, write_instance
+    from tritontts.deploy.repository import STAGE_REPOSITORY, write_instance
 
     out = Path(tempfile.mkdtemp(prefix="tritontts-models-"))
     try:
@@ -251,9 +251,9 @@ def profile_repository(profile: str, models: list[str], gpus: list[int]) -> Path
         return None
     import tempfile
 
-    from tritontts.cancellation import CANCEL_MODEL
-    from tritontts.profiles import (TALKERS, ProfileError, check_talker_shares,
-                                    write_profile_repository)
+    from tritontts.serving.cancellation import CANCEL_MODEL
+    from tritontts.deploy.profiles import (
+        TALKERS, ProfileError, check_talker_shares, write_profile_repository)
 
     stages = [stage for model in models for stage in family_of(model).stages]
     try:
@@ -300,8 +300,8 @@ def main(argv=None) -> int:
     triton_url = args.triton_url
     temporary: list[Path] = []          # repositories written for this run, removed at exit
     if triton_url is None:
-        from tritontts.repository import ENSEMBLE_REPOSITORY
-        from tritontts.tritonserver import MODEL_REPOSITORIES, TritonServer
+        from tritontts.deploy.repository import ENSEMBLE_REPOSITORY
+        from tritontts.deploy.tritonserver import MODEL_REPOSITORIES, TritonServer
 
         try:
             profiled = profile_repository(args.profile, models, args.gpus)

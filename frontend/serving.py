@@ -27,8 +27,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from tritontts.families import family_of
 from tritontts.family import Family
-from tritontts.repository import instance_stage
-from tritontts.stage import InvalidRequest, check_text
+from tritontts.deploy.repository import instance_stage
+from tritontts.protocol import InvalidRequest, check_text
 from tritontts.voice import VOICE_FEATURES
 
 from . import metrics

@@ -14,8 +14,8 @@ import tritonclient.grpc.aio as grpcaio
 from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException
 
-from tritontts import stage
-from tritontts.cancellation import CANCEL_MODEL, REQUEST_ID
+from tritontts import protocol
+from tritontts.serving.cancellation import CANCEL_MODEL, REQUEST_ID
 from tritontts.voice import VOICE_FEATURES
 
 logger = logging.getLogger("tritontts.frontend")
@@ -68,7 +68,7 @@ def _bytes_input(name: str, value: str) -> InferInput:
 
 
 def _classify(message: str) -> Exception:
-    client_part = stage.split_invalid_request(message)
+    client_part = protocol.split_invalid_request(message)
     if client_part is not None:
         return StageRejected(client_part)
     if "Exceeds maximum queue size" in message:
@@ -140,8 +140,8 @@ class TritonSpeechClient:
         stream: a decoupled prompt stage (one that streams segments) takes no unary call."""
         request = {
             "model_name": model,
-            "inputs": [_bytes_input(stage.TEXT, ""), _bytes_input(stage.VOICE, "default"),
-                       _bytes_input(stage.PARAMS, json.dumps(params))],
+            "inputs": [_bytes_input(protocol.TEXT, ""), _bytes_input(protocol.VOICE, "default"),
+                       _bytes_input(protocol.PARAMS, json.dumps(params))],
             "outputs": [InferRequestedOutput(VOICE_FEATURES)],
         }
 
@@ -169,9 +169,9 @@ class TritonSpeechClient:
         """Yield the ensemble's chunks in order until the one marked final."""
         request = {
             "model_name": model,
-            "inputs": [_bytes_input(stage.TEXT, text), _bytes_input(stage.VOICE, voice),
-                       _bytes_input(stage.PARAMS, json.dumps(params))],
-            "outputs": [InferRequestedOutput(name) for name in stage.ENSEMBLE_OUTPUTS],
+            "inputs": [_bytes_input(protocol.TEXT, text), _bytes_input(protocol.VOICE, voice),
+                       _bytes_input(protocol.PARAMS, json.dumps(params))],
+            "outputs": [InferRequestedOutput(name) for name in protocol.ENSEMBLE_OUTPUTS],
             "request_id": request_id,
         }
 
@@ -189,10 +189,10 @@ class TritonSpeechClient:
                 if error is not None:
                     raise _classify(str(error))
                 chunk = AudioChunk(
-                    audio=result.as_numpy(stage.AUDIO).reshape(-1),
-                    sample_rate=int(result.as_numpy(stage.SAMPLE_RATE).reshape(-1)[0]),
-                    index=int(result.as_numpy(stage.CHUNK_INDEX).reshape(-1)[0]),
-                    final=bool(result.as_numpy(stage.IS_FINAL).reshape(-1)[0]))
+                    audio=result.as_numpy(protocol.AUDIO).reshape(-1),
+                    sample_rate=int(result.as_numpy(protocol.SAMPLE_RATE).reshape(-1)[0]),
+                    index=int(result.as_numpy(protocol.CHUNK_INDEX).reshape(-1)[0]),
+                    final=bool(result.as_numpy(protocol.IS_FINAL).reshape(-1)[0]))
                 if chunk.index != expected:
                     raise StageFailed(f"chunk {chunk.index} arrived, expected {expected}")
                 expected += 1

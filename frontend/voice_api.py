@@ -17,7 +17,7 @@ from pathlib import PurePath
 from typing import Any
 
 from tritontts.audio import decode_audio
-from tritontts.stage import InvalidRequest
+from tritontts.protocol import InvalidRequest
 
 from .protocol import MAX_EMBEDDING_DIM
 from .serving import SpeechError, SpeechService

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from tritontts.stage import MAX_INPUT_CHARS
+from tritontts.protocol import MAX_INPUT_CHARS
 
 from .encoding import AudioEncoder
 from .media import MediaError, resolve_audio

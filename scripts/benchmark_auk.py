@@ -41,7 +41,7 @@ SOUNDS = ["A dog barks twice, then a door closes.", "Rain on a tin roof, distant
 
 def prompt(checkpoint, tokens: int) -> list[int]:
     """The instruction's prompt ids, cut or repeated to `tokens` (the work per request)."""
-    from tritontts.auk.prompt import PromptBuilder
+    from tritontts.families.auk.prompt import PromptBuilder
 
     ids = PromptBuilder(checkpoint.thinker_root)(INSTRUCTION).ids
     return (ids * (tokens // len(ids) + 1))[:tokens]
@@ -50,10 +50,10 @@ def prompt(checkpoint, tokens: int) -> list[int]:
 def vllm_speed(checkpoint, tokens: int, batches=(1, 8)) -> dict[int, float]:
     from vllm import SamplingParams, TokensPrompt
 
-    from tritontts.auk.prompt import IM_END, PromptBuilder
-    from tritontts.auk.vllm_model import EncoderRequest, prepare_vllm_encoder, register
+    from tritontts.families.auk.prompt import IM_END, PromptBuilder
+    from tritontts.families.auk.vllm_model import EncoderRequest, prepare_vllm_encoder, register
     from tritontts.testing.engine import frames_engine
-    from tritontts.vllm_frames import FRAMES_ARG, register as register_request, release
+    from tritontts.engine.vllm_frames import FRAMES_ARG, register as register_request, release
 
     register()
     folder = prepare_vllm_encoder(checkpoint, PromptBuilder(checkpoint.thinker_root).special[IM_END],
@@ -83,7 +83,7 @@ def reference_speed(checkpoint, tokens: int, batches=(1, 8)) -> dict[int, float]
 
     from safetensors import safe_open
 
-    from tritontts.auk.random_checkpoint import VISION_TINY
+    from tritontts.families.auk.random_checkpoint import VISION_TINY
     from tritontts.testing.references import auk_fused_condition
 
     # The vision tower is never run here: a tiny one keeps 2.7 GB out of this arm's memory.
@@ -111,7 +111,7 @@ def reference_speed(checkpoint, tokens: int, batches=(1, 8)) -> dict[int, float]
 
 
 def released() -> Path:
-    from tritontts.auk.random_checkpoint import write_random_checkpoint
+    from tritontts.families.auk.random_checkpoint import write_random_checkpoint
 
     root = REPO / ".cache" / "auk-flash-released"
     if not (root / "auk.safetensors").exists():
@@ -131,8 +131,8 @@ def serving(root: Path, tokens: int) -> None:
 
 def dit_steps(root: Path, frames: int = 250, text_tokens: int = 60) -> None:
     """Seconds per Euler step per request: ours batched vs vLLM-Omni's one at a time."""
-    from tritontts.auk.checkpoint import open_checkpoint
-    from tritontts.auk.dit import SampleRequest, load_transformer, sample_latents
+    from tritontts.families.auk.checkpoint import open_checkpoint
+    from tritontts.families.auk.dit import SampleRequest, load_transformer, sample_latents
     from tritontts.testing.references import auk_module
 
     torch.set_num_threads(2)
@@ -177,8 +177,8 @@ def dit_steps(root: Path, frames: int = 250, text_tokens: int = 60) -> None:
 
 def vae_decode(root: Path, frames: int = 250) -> None:
     """5 s of latents decoded: ours whole, ours in the stage's chunks, vLLM-Omni's whole."""
-    from tritontts.auk.checkpoint import open_checkpoint
-    from tritontts.auk.vae import chunk_bounds, load_vae
+    from tritontts.families.auk.checkpoint import open_checkpoint
+    from tritontts.families.auk.vae import chunk_bounds, load_vae
     from tritontts.testing.references import auk_module
 
     torch.set_num_threads(2)
@@ -217,7 +217,7 @@ def vae_decode(root: Path, frames: int = 250) -> None:
 
 
 def main() -> None:
-    from tritontts.auk.checkpoint import open_checkpoint
+    from tritontts.families.auk.checkpoint import open_checkpoint
 
     talker_benchmark_main(TalkerBenchmark(
         script=Path(__file__), doc=__doc__, open_checkpoint=open_checkpoint,

@@ -36,8 +36,8 @@ def talker_arm(ckpt_dir: Path, arm: str) -> dict[int, float]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     import torch
 
-    from tritontts.cosyvoice3.checkpoint import open_checkpoint
-    from tritontts.cosyvoice3.talker import ensure_talker_checkpoint, load_talker_vocab
+    from tritontts.families.cosyvoice3.checkpoint import open_checkpoint
+    from tritontts.families.cosyvoice3.talker import ensure_talker_checkpoint, load_talker_vocab
 
     enter_arm()
     talker_dir = ensure_talker_checkpoint(open_checkpoint(ckpt_dir), REPO / ".cache")
@@ -134,7 +134,7 @@ def main():
         return
     ckpt = args.checkpoint
     if ckpt is None:
-        from tritontts.cosyvoice3.random_checkpoint import write_random_checkpoint
+        from tritontts.families.cosyvoice3.random_checkpoint import write_random_checkpoint
 
         ckpt = REPO / ".cache" / "cosyvoice3-full"
         if not (ckpt / "flow.pt").exists():

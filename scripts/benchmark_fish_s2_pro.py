@@ -1,5 +1,5 @@
 """Fish Speech S2 Pro at released size (the 36-layer slow AR, the 4-layer fast AR, the 391 M
-codec; special-token ids partly inferred, see tritontts/fish_s2_pro/random_checkpoint.py) with
+codec; special-token ids partly inferred, see tritontts/families/fish_s2_pro/random_checkpoint.py) with
 random weights, on this machine, in one run:
 
 1. talker frames per second: our vLLM talker (paged attention; the main-token draw and the
@@ -39,7 +39,7 @@ TEXTS = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the da
 
 
 def prompt_of(checkpoint) -> torch.Tensor:
-    from tritontts.fish_s2_pro.prompt import FishPromptBuilder
+    from tritontts.families.fish_s2_pro.prompt import FishPromptBuilder
 
     return FishPromptBuilder(checkpoint.root, checkpoint.config)(TEXTS[0])
 
@@ -51,8 +51,8 @@ def made(frames: torch.Tensor, im_end: int) -> int:
 
 
 def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
-    from tritontts.fish_s2_pro.dual_ar import FrameSampler
-    from tritontts.fish_s2_pro.vllm_model import FishStream, prepare_vllm_talker, register
+    from tritontts.families.fish_s2_pro.dual_ar import FrameSampler
+    from tritontts.families.fish_s2_pro.vllm_model import FishStream, prepare_vllm_talker, register
 
     c = checkpoint.config
     prompt = prompt_of(checkpoint)
@@ -100,7 +100,7 @@ def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]
 
 
 def released() -> Path:
-    from tritontts.fish_s2_pro.random_checkpoint import write_random_checkpoint
+    from tritontts.families.fish_s2_pro.random_checkpoint import write_random_checkpoint
 
     root = REPO / ".cache" / "fish-s2-pro-released"
     if not (root / "codec.pth").exists():
@@ -120,8 +120,8 @@ def serving(root: Path, frames: int) -> None:
 
 def codec_context(root: Path, frames: int = 120, contexts=(25, 50, 100, 200)) -> None:
     """Chunked vs whole decode of random codes at released size, for each left context."""
-    from tritontts.fish_s2_pro.checkpoint import open_checkpoint
-    from tritontts.fish_s2_pro.stages import load_served_codec
+    from tritontts.families.fish_s2_pro.checkpoint import open_checkpoint
+    from tritontts.families.fish_s2_pro.stages import load_served_codec
 
     codec = load_served_codec(open_checkpoint(root))
     c = codec.config
@@ -135,7 +135,7 @@ def codec_context(root: Path, frames: int = 120, contexts=(25, 50, 100, 200)) ->
 
 
 def main() -> None:
-    from tritontts.fish_s2_pro.checkpoint import open_checkpoint
+    from tritontts.families.fish_s2_pro.checkpoint import open_checkpoint
 
     talker_benchmark_main(TalkerBenchmark(
         script=Path(__file__), doc=__doc__, open_checkpoint=open_checkpoint,

@@ -1,5 +1,5 @@
 """Gepard-1.0 at released size (the 14-layer x 1024 Qwen3.5 backbone, the 32 heads, the
-NanoCodec decoder; sizes partly inferred, see tritontts/gepard/random_checkpoint.py) with
+NanoCodec decoder; sizes partly inferred, see tritontts/families/gepard/random_checkpoint.py) with
 random weights, on this machine, in one run:
 
 1. talker frames per second: our vLLM talker (paged attention + the hybrid cache, our fp32
@@ -40,13 +40,14 @@ TEXTS = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the da
 
 
 def prompt_ids(checkpoint) -> list[int]:
-    from tritontts.gepard.prompt import GepardPromptBuilder
+    from tritontts.families.gepard.prompt import GepardPromptBuilder
 
     return GepardPromptBuilder(checkpoint.root, checkpoint.config)(TEXTS[0])
 
 
 def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
-    from tritontts.gepard.vllm_model import STOP, GepardStream, prepare_vllm_talker, register
+    from tritontts.families.gepard.vllm_model import (
+        STOP, GepardStream, prepare_vllm_talker, register)
 
     register()
     ids = prompt_ids(checkpoint)
@@ -68,7 +69,7 @@ def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]
 
 
 def released() -> Path:
-    from tritontts.gepard.random_checkpoint import write_random_checkpoint
+    from tritontts.families.gepard.random_checkpoint import write_random_checkpoint
 
     root = REPO / ".cache" / "gepard-released"
     if not (root / "model.safetensors").exists() or not list(root.glob("*.nemo")):
@@ -85,8 +86,8 @@ def codec_context(root: Path, frames: int = 120, contexts=(8, 25)) -> None:
     """The talker's chunk plan (10 frames, then 86) decoded with each left context vs one
     whole decode of random codes at released size: vLLM-Omni's 8-frame lookback and the
     decoder's receptive field (25)."""
-    from tritontts.gepard.checkpoint import open_checkpoint
-    from tritontts.gepard.stages import load_served_codec
+    from tritontts.families.gepard.checkpoint import open_checkpoint
+    from tritontts.families.gepard.stages import load_served_codec
 
     codec = load_served_codec(open_checkpoint(root))
     levels = torch.tensor(codec.config.code_levels)
@@ -99,7 +100,7 @@ def codec_context(root: Path, frames: int = 120, contexts=(8, 25)) -> None:
 
 
 def main() -> None:
-    from tritontts.gepard.checkpoint import open_checkpoint
+    from tritontts.families.gepard.checkpoint import open_checkpoint
 
     talker_benchmark_main(TalkerBenchmark(
         script=Path(__file__), doc=__doc__, open_checkpoint=open_checkpoint,

@@ -35,8 +35,8 @@ TEXTS = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the da
 
 def prompt_ids(checkpoint) -> list[int]:
     """A real GLM-TTS prompt: transcript, text, <|begin_of_audio|>, 75 prompt speech tokens."""
-    from tritontts.glm_tts.talker import History, segment_prompt
-    from tritontts.glm_tts.tokenizer import GLMTextTokenizer
+    from tritontts.families.glm_tts.talker import History, segment_prompt
+    from tritontts.families.glm_tts.tokenizer import GLMTextTokenizer
 
     tokenizer = GLMTextTokenizer(checkpoint.tokenizer_dir)
     return segment_prompt(tokenizer.encode("This is the reference voice. "), list(range(0, 7500, 100)),
@@ -48,10 +48,10 @@ def vllm_speed(checkpoint, tokens: int, batches=(1, 8)) -> dict[int, float]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM, SamplingParams, TokensPrompt
 
-    from tritontts.glm_tts.talker import RAS_DEFAULTS
-    from tritontts.glm_tts.tokenizer import AUDIO_TOKENS, GLMTextTokenizer
-    from tritontts.ras import ras_extra_args
-    from tritontts.vllm_ras import RAS_LOGITS_PROCESSOR
+    from tritontts.families.glm_tts.talker import RAS_DEFAULTS
+    from tritontts.families.glm_tts.tokenizer import AUDIO_TOKENS, GLMTextTokenizer
+    from tritontts.nn.ras import ras_extra_args
+    from tritontts.engine.vllm_ras import RAS_LOGITS_PROCESSOR
 
     ids = GLMTextTokenizer(checkpoint.tokenizer_dir).ids
     prompt = prompt_ids(checkpoint)
@@ -80,7 +80,7 @@ def vllm_speed(checkpoint, tokens: int, batches=(1, 8)) -> dict[int, float]:
 def reference_speed(checkpoint, tokens: int, batches=(1, 8)) -> dict[int, float]:
     from transformers import LlamaForCausalLM
 
-    from tritontts.glm_tts.tokenizer import GLMTextTokenizer
+    from tritontts.families.glm_tts.tokenizer import GLMTextTokenizer
 
     eoa = GLMTextTokenizer(checkpoint.tokenizer_dir).ids.eoa
     prompt = prompt_ids(checkpoint)
@@ -107,7 +107,7 @@ def reference_speed(checkpoint, tokens: int, batches=(1, 8)) -> dict[int, float]
 
 
 def released() -> Path:
-    from tritontts.glm_tts.random_checkpoint import write_random_checkpoint
+    from tritontts.families.glm_tts.random_checkpoint import write_random_checkpoint
 
     root = REPO / ".cache" / "glm-tts-released"
     if not (root / "frontend" / "campplus.onnx").exists():
@@ -122,7 +122,7 @@ def serving(root: Path, tokens: int) -> None:
 
 
 def main() -> None:
-    from tritontts.glm_tts.checkpoint import open_checkpoint
+    from tritontts.families.glm_tts.checkpoint import open_checkpoint
 
     talker_benchmark_main(TalkerBenchmark(
         script=Path(__file__), doc=__doc__, open_checkpoint=open_checkpoint,

@@ -2,7 +2,7 @@
 weights, on this machine, in one run:
 
 1. talker steps per second (one step = one frame of 8 codebooks): our vLLM talker
-   (in-process engine, tritontts.higgs_audio_v2.vllm_model) vs transformers' own
+   (in-process engine, tritontts.families.higgs_audio_v2.vllm_model) vs transformers' own
    HiggsAudioV2ForConditionalGeneration.generate on the same weights, batch 1 and 8 (the
    same prompt 8 times: transformers' batch needs no padding then), sampling as served, at
    equal CPU threads (each arm in a process of its own: tritontts/benchmark/arms.py). A
@@ -37,7 +37,7 @@ TEXTS = [TEXT, "Glue the sheet to the dark blue background.", "It's easy to tell
 
 
 def prompt_ids(checkpoint) -> list[int]:
-    from tritontts.higgs_audio_v2.prompt import TextTokenizer, build_prompt
+    from tritontts.families.higgs_audio_v2.prompt import TextTokenizer, build_prompt
 
     return build_prompt(TextTokenizer(checkpoint), TEXT, checkpoint.config.num_codebooks)
 
@@ -46,10 +46,11 @@ def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM, SamplingParams, TokensPrompt
 
-    from tritontts.higgs_audio_v2.talker import AudioCodeSampler, AudioSampling
-    from tritontts.higgs_audio_v2.vllm_model import AudioStream, prepare_vllm_talker, register
-    from tritontts.vllm_frames import FRAMES_ARG, ROW_TRACKER, release
-    from tritontts.vllm_frames import register as register_stream
+    from tritontts.families.higgs_audio_v2.talker import AudioCodeSampler, AudioSampling
+    from tritontts.families.higgs_audio_v2.vllm_model import (
+        AudioStream, prepare_vllm_talker, register)
+    from tritontts.engine.vllm_frames import FRAMES_ARG, ROW_TRACKER, release
+    from tritontts.engine.vllm_frames import register as register_stream
 
     ids = prompt_ids(checkpoint)
     register()
@@ -118,7 +119,7 @@ def serving(checkpoint_dir: Path, frames: int) -> None:
 
 
 def released() -> Path:
-    from tritontts.higgs_audio_v2.random_checkpoint import write_random_checkpoint
+    from tritontts.families.higgs_audio_v2.random_checkpoint import write_random_checkpoint
 
     root = REPO / ".cache" / "higgs-audio-v2-released"
     if not (root / "audio_tokenizer" / "model.safetensors").exists():
@@ -127,7 +128,7 @@ def released() -> Path:
 
 
 def main() -> None:
-    from tritontts.higgs_audio_v2.checkpoint import open_checkpoint
+    from tritontts.families.higgs_audio_v2.checkpoint import open_checkpoint
 
     talker_benchmark_main(TalkerBenchmark(
         script=Path(__file__), doc=__doc__, open_checkpoint=open_checkpoint,

@@ -2,7 +2,7 @@
 random weights, on this machine, in one run:
 
 1. generator frames per second (the whole unmasking loop, classifier-free guidance on):
-   ours (tritontts.omnivoice.generator, packed batch) vs the reference package's own
+   ours (tritontts.families.omnivoice.generator, packed batch) vs the reference package's own
    _generate_iterative (omnivoice 0.2.1, padded batch) on the same weights, batch 1 and 8,
    same texts and target lengths, at equal CPU threads (each arm in a process of its own:
    tritontts/benchmark/arms.py). OmniVoice has no autoregressive talker: this is its
@@ -38,8 +38,9 @@ TEXTS = ["Hello there, how are you today?", "The birch canoe slid on the smooth 
 
 
 def our_speed(checkpoint, frames: int, steps: int, batches=(1, 8)) -> dict[int, float]:
-    from tritontts.omnivoice.generator import UnmaskJob, UnmaskSettings, load_generator, unmask
-    from tritontts.omnivoice.prompt import TextTokenizer, build_sequence
+    from tritontts.families.omnivoice.generator import (
+        UnmaskJob, UnmaskSettings, load_generator, unmask)
+    from tritontts.families.omnivoice.prompt import TextTokenizer, build_sequence
 
     model = load_generator(checkpoint)
     tokenizer = TextTokenizer(checkpoint.root)
@@ -65,7 +66,7 @@ def reference_speed(checkpoint, frames: int, steps: int, batches=(1, 8)) -> dict
 
     from safetensors.torch import load_file
 
-    from tritontts.omnivoice.prompt import TextTokenizer
+    from tritontts.families.omnivoice.prompt import TextTokenizer
     from tritontts.testing.references import omnivoice_module
 
     with omnivoice_module("omnivoice.models.omnivoice") as module:
@@ -116,7 +117,7 @@ def main() -> None:
     parser.add_argument("--threads", default="2", help="CPU threads per generator arm (comma-separated)")
     parser.add_argument("--arm", choices=("ours", "reference"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from tritontts.omnivoice.checkpoint import open_checkpoint
+    from tritontts.families.omnivoice.checkpoint import open_checkpoint
 
     if args.arm:                         # one arm, in a process of its own (arms.py)
         enter_arm()
@@ -126,7 +127,7 @@ def main() -> None:
 
     root = args.checkpoint
     if root is None:
-        from tritontts.omnivoice.random_checkpoint import write_random_checkpoint
+        from tritontts.families.omnivoice.random_checkpoint import write_random_checkpoint
 
         root = REPO / ".cache" / "omnivoice-released"
         if not (root / "audio_tokenizer" / "model.safetensors").exists():

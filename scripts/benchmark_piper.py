@@ -79,8 +79,8 @@ def ceiling(texts: list[str], seconds: float = 6.0) -> float:
 
     from piper import PiperVoice
 
-    from tritontts.piper.vits import PiperVits
-    from tritontts.piper.voices import load_voice_table
+    from tritontts.families.piper.vits import PiperVits
+    from tritontts.families.piper.voices import load_voice_table
 
     spec = load_voice_table().resolve("default")
     voice = PiperVoice.load(str(spec.model_path))
@@ -105,7 +105,7 @@ def main():
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    from tritontts.piper.voices import load_voice_table
+    from tritontts.families.piper.voices import load_voice_table
 
     model = load_voice_table().resolve("default").model_path
     tmp = Path(REPO / ".cache" / "bench")

@@ -1,7 +1,7 @@
 """Qwen3-TTS at released (0.6B) size with random weights, on this machine, in one run:
 
 1. talker frames per second (backbone + code predictor, 16 codes a frame): our vLLM talker
-   (in-process engine, tritontts.qwen3_tts.vllm_model) vs the reference's own generate
+   (in-process engine, tritontts.families.qwen3_tts.vllm_model) vs the reference's own generate
    (qwen-tts-compat, transformers) on the same weights, batch 1 and 8, same prompts, at
    equal CPU threads (--threads; each arm in a process of its own:
    tritontts/benchmark/arms.py);
@@ -33,8 +33,8 @@ TEXTS = ["Hello there, how are you today?", "The birch canoe slid on the smooth 
 
 
 def prompts(checkpoint, n: int):
-    from tritontts.qwen3_tts.prompt import TextTokenizer, custom_voice_prompt
-    from tritontts.qwen3_tts.talker import load_talker
+    from tritontts.families.qwen3_tts.prompt import TextTokenizer, custom_voice_prompt
+    from tritontts.families.qwen3_tts.talker import load_talker
 
     talker = load_talker(checkpoint)
     tokenizer = TextTokenizer(checkpoint)
@@ -53,10 +53,10 @@ def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM, SamplingParams, TokensPrompt
 
-    from tritontts.qwen3_tts.talker import CONTROL_TAIL
-    from tritontts.qwen3_tts.vllm_model import prepare_vllm_talker, register
-    from tritontts.vllm_frames import FRAMES_ARG, ROW_TRACKER, FrameStream, release
-    from tritontts.vllm_frames import register as register_stream
+    from tritontts.families.qwen3_tts.talker import CONTROL_TAIL
+    from tritontts.families.qwen3_tts.vllm_model import prepare_vllm_talker, register
+    from tritontts.engine.vllm_frames import FRAMES_ARG, ROW_TRACKER, FrameStream, release
+    from tritontts.engine.vllm_frames import register as register_stream
 
     built, pad, _, _ = prompts(checkpoint, max(batches))
     register()
@@ -131,7 +131,7 @@ def serving(checkpoint_dir: Path, frames: int) -> None:
 
 
 def released() -> Path:
-    from tritontts.qwen3_tts.random_checkpoint import write_random_checkpoint
+    from tritontts.families.qwen3_tts.random_checkpoint import write_random_checkpoint
 
     root = REPO / ".cache" / "qwen3-tts-0.6b-custom-voice"
     if not (root / "speech_tokenizer" / "model.safetensors").exists():
@@ -140,7 +140,7 @@ def released() -> Path:
 
 
 def main() -> None:
-    from tritontts.qwen3_tts.checkpoint import open_checkpoint
+    from tritontts.families.qwen3_tts.checkpoint import open_checkpoint
 
     talker_benchmark_main(TalkerBenchmark(
         script=Path(__file__), doc=__doc__, open_checkpoint=open_checkpoint,

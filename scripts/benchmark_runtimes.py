@@ -3,7 +3,7 @@
   .venv/bin/python scripts/benchmark_runtimes.py [--threads 1 2] [--repeats 5] [--json OUT]
 
 Builds each family's networks at the released sizes with random weights (timing does not
-depend on the values), exports them (tritontts.runtime, into a temporary cache unless
+depend on the values), exports them (tritontts.nn.runtime, into a temporary cache unless
 --cache), then times both runtimes on the shapes a streaming request feeds them, in
 alternating order per repeat (this machine is noisy: ratios from the same run, medians).
 The stages run one thread per instance (config torch_threads), so 1 thread is the row that
@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tritontts.runtime import Graph, OnnxRuntimeRunner, TorchRunner, ensure_onnx  # noqa: E402
+from tritontts.nn.runtime import Graph, OnnxRuntimeRunner, TorchRunner, ensure_onnx  # noqa: E402
 
 # Shapes a streaming request feeds each network (see each graph's docstring): CosyVoice3
 # after a 3 s prompt (150 mel frames) at its first chunk (+50) and a later one (+450);
@@ -39,16 +39,18 @@ SHAPES = {
 
 
 def released_graphs() -> list[Graph]:
-    from tritontts.cosyvoice3.config import load_hyperpyyaml
-    from tritontts.cosyvoice3.flow import build_flow, velocity_graph
-    from tritontts.hift import HiFTGenerator, spectrum_graph
-    from tritontts.cosyvoice3.random_checkpoint import write_config
-    from tritontts.qwen3_tts.code2wav import Code2WavConfig, Qwen3TTSCode2Wav, code2wav_graphs
-    from tritontts.higgs_codec import HiggsCodecConfig, HiggsCodecDecoder, codec_config_dict, decoder_graph
-    from tritontts.omnivoice.checkpoint import parse_config
-    from tritontts.omnivoice.generator import OmniVoiceGenerator, logits_graph
-    from tritontts.omnivoice.random_checkpoint import config_dict
-    from tritontts.qwen3_tts.random_checkpoint import speech_tokenizer_config
+    from tritontts.weights.hyperpyyaml import load_hyperpyyaml
+    from tritontts.families.cosyvoice3.flow import build_flow, velocity_graph
+    from tritontts.nn.hift import HiFTGenerator, spectrum_graph
+    from tritontts.families.cosyvoice3.random_checkpoint import write_config
+    from tritontts.families.qwen3_tts.code2wav import (
+        Code2WavConfig, Qwen3TTSCode2Wav, code2wav_graphs)
+    from tritontts.nn.higgs_codec import (
+        HiggsCodecConfig, HiggsCodecDecoder, codec_config_dict, decoder_graph)
+    from tritontts.families.omnivoice.checkpoint import parse_config
+    from tritontts.families.omnivoice.generator import OmniVoiceGenerator, logits_graph
+    from tritontts.families.omnivoice.random_checkpoint import config_dict
+    from tritontts.families.qwen3_tts.random_checkpoint import speech_tokenizer_config
 
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as folder:

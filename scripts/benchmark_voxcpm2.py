@@ -1,6 +1,6 @@
 """VoxCPM2 at released size (the 28-layer MiniCPM4 base LM, the 8-layer residual LM, the
 12-layer local encoder and DiT, the 2048-channel AudioVAE decoder; sizes partly inferred, see
-tritontts/voxcpm2/random_checkpoint.py) with random weights, on this machine, in one run:
+tritontts/families/voxcpm2/random_checkpoint.py) with random weights, on this machine, in one run:
 
 1. talker patches per second: our vLLM talker (both LMs on paged attention, the local DiT
    inside each step, batched across requests) vs upstream's own loop (voxcpm 2.0.3
@@ -34,7 +34,7 @@ TEXTS = ["The birch canoe slid on the smooth planks.", "Glue the sheet to the da
 
 
 def build_prompt_of(checkpoint):
-    from tritontts.voxcpm2.prompt import TextTokenizer, build_prompt
+    from tritontts.families.voxcpm2.prompt import TextTokenizer, build_prompt
 
     c = checkpoint.config
     return build_prompt(TextTokenizer(checkpoint.root)(TEXTS[0]), c.patch_size, c.feat_dim)
@@ -45,9 +45,10 @@ def vllm_speed(checkpoint, patches: int, batches=(1, 8)) -> dict[int, float]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM, TokensPrompt
 
-    from tritontts.vllm_frames import ROW_TRACKER, register, release
-    from tritontts.voxcpm2.vllm_model import GO_ON, PatchStream, prepare_vllm_talker, sampling_params
-    from tritontts.voxcpm2.vllm_model import register as register_model
+    from tritontts.engine.vllm_frames import ROW_TRACKER, register, release
+    from tritontts.families.voxcpm2.vllm_model import (
+        GO_ON, PatchStream, prepare_vllm_talker, sampling_params)
+    from tritontts.families.voxcpm2.vllm_model import register as register_model
 
     register_model()
     prompt = build_prompt_of(checkpoint)
@@ -99,7 +100,7 @@ def reference_speed(checkpoint, patches: int, batches=(1, 8)) -> dict[int, float
 
 
 def released() -> Path:
-    from tritontts.voxcpm2.random_checkpoint import write_random_checkpoint
+    from tritontts.families.voxcpm2.random_checkpoint import write_random_checkpoint
 
     root = REPO / ".cache" / "voxcpm2-released"
     if not (root / "audiovae.safetensors").exists():
@@ -114,7 +115,7 @@ def serving(root: Path, patches: int) -> None:
 
 
 def main() -> None:
-    from tritontts.voxcpm2.checkpoint import open_checkpoint
+    from tritontts.families.voxcpm2.checkpoint import open_checkpoint
 
     talker_benchmark_main(TalkerBenchmark(
         script=Path(__file__), doc=__doc__, open_checkpoint=open_checkpoint,

@@ -1,5 +1,5 @@
 """Voxtral TTS at released size (the Ministral-3B backbone, the 3-layer acoustic transformer,
-the codec; sizes partly inferred, see tritontts/voxtral_tts/random_checkpoint.py) with random
+the codec; sizes partly inferred, see tritontts/families/voxtral_tts/random_checkpoint.py) with random
 weights, on this machine, in one run:
 
 1. talker frames per second: our vLLM talker (paged attention, the acoustic transformer
@@ -47,14 +47,15 @@ def prompt_ids(checkpoint) -> torch.Tensor:
 
 def audio_frames(frames: torch.Tensor) -> int:
     """Frames [n, 37] of one request -> how many come before its first END_AUDIO."""
-    from tritontts.voxtral_tts.acoustic import END_AUDIO
+    from tritontts.families.voxtral_tts.acoustic import END_AUDIO
 
     ended = (frames[:, 0] == END_AUDIO).nonzero()
     return int(ended[0]) if len(ended) else int(frames.shape[0])
 
 
 def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
-    from tritontts.voxtral_tts.vllm_model import EOS, VoiceStream, prepare_vllm_talker, register
+    from tritontts.families.voxtral_tts.vllm_model import (
+        EOS, VoiceStream, prepare_vllm_talker, register)
 
     register()
     ids, voice = prompt_ids(checkpoint), checkpoint.voice_embedding(VOICE)
@@ -64,10 +65,11 @@ def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
 
 
 def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
-    from tritontts.checkpoint import read_tensors
+    from tritontts.weights.checkpoint import read_tensors
     from tritontts.testing.references import voxtral_reference_frames, voxtral_reference_talker
-    from tritontts.voxtral_tts.checkpoint import WEIGHTS_FILE
-    from tritontts.voxtral_tts.talker import CODEBOOK_EMBEDDINGS, FrameEmbeddings, place_voice
+    from tritontts.families.voxtral_tts.checkpoint import WEIGHTS_FILE
+    from tritontts.families.voxtral_tts.talker import (
+        CODEBOOK_EMBEDDINGS, FrameEmbeddings, place_voice)
 
     backbone, acoustic = voxtral_reference_talker(checkpoint)
     c = checkpoint.config
@@ -94,7 +96,7 @@ def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]
 
 
 def released() -> Path:
-    from tritontts.voxtral_tts.random_checkpoint import write_random_checkpoint
+    from tritontts.families.voxtral_tts.random_checkpoint import write_random_checkpoint
 
     root = REPO / ".cache" / "voxtral-tts-released"
     if not (root / "voice_embedding" / f"{VOICE}.pt").exists():
@@ -111,7 +113,7 @@ def serving(root: Path, frames: int) -> None:
 
 
 def main() -> None:
-    from tritontts.voxtral_tts.checkpoint import open_checkpoint
+    from tritontts.families.voxtral_tts.checkpoint import open_checkpoint
 
     talker_benchmark_main(TalkerBenchmark(
         script=Path(__file__), doc=__doc__, open_checkpoint=open_checkpoint,

@@ -39,8 +39,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 from tritontts.families import FAMILIES  # noqa: E402
-from tritontts.runtime import (OnnxRuntimeRunner, TensorRTRunner, TorchRunner, compare,  # noqa: E402
-                               ensure_onnx, ensure_tensorrt_engine)
+from tritontts.nn.runtime import (
+    OnnxRuntimeRunner, TensorRTRunner, TorchRunner, compare, ensure_onnx, ensure_tensorrt_engine)
 
 ROWS: list[dict] = []
 
@@ -80,7 +80,7 @@ def environment(device: str) -> None:
 def tiny_graphs(work: Path) -> list:
     graphs = []
     for name, family in FAMILIES.items():
-        if family.export_graphs and family.write_random_checkpoint:
+        if family.graphs and family.write_random_checkpoint:
             checkpoint = family.write_random_checkpoint(work / "tiny" / name)
             graphs += family.export_graphs(checkpoint)
     return graphs

@@ -165,7 +165,7 @@ fi
 
 # perf_analyzer wants libcudart.so.12 even on CPU: point it at the copy in nvidia_pytriton.libs.
 if [ -x "$VENV/bin/perf_analyzer.bin" ]; then
-LIBS=$("$VENV/bin/python" -c 'from tritontts.tritonserver import pytriton_root; print(pytriton_root().parent.parent / "nvidia_pytriton.libs")')
+LIBS=$("$VENV/bin/python" -c 'from tritontts.deploy.tritonserver import pytriton_root; print(pytriton_root().parent.parent / "nvidia_pytriton.libs")')
 mkdir -p "$VENV/lib/perf_analyzer"
 ln -sf "$(ls "$LIBS"/libcudart-*.so.12* | head -n1)" "$VENV/lib/perf_analyzer/libcudart.so.12"
 cat > "$VENV/bin/perf_analyzer" <<SH
@@ -179,7 +179,7 @@ fi
 # Copy the Python backend stub for this interpreter and check that everything imports.
 "$VENV/bin/python" - "$LEVEL" <<'PY' || die "the venv does not import what it needs (the error is above): \
 remove .venv and rerun; if it fails again, please report it with that error"
-from tritontts.tritonserver import prepare_python_backend, pytriton_root
+from tritontts.deploy.tritonserver import prepare_python_backend, pytriton_root
 prepare_python_backend()
 import importlib, sys
 import numpy, onnxruntime, piper, tritonclient.grpc, fastapi, av  # noqa: F401

@@ -1,4 +1,4 @@
-"""The Gated-DeltaNet core (tritontts.gated_delta) against transformers' Qwen3.5 torch
+"""The Gated-DeltaNet core (tritontts.nn.gated_delta) against transformers' Qwen3.5 torch
 implementations (torch_chunk_gated_delta_rule for a prefill, torch_causal_conv1d_update for
 the conv), fp32: one pass over a sequence equals the reference; the same sequence split in
 two with the state carried equals one pass; a perturbed decay does not."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tritontts.gated_delta import causal_conv, delta_rule, gates
+from tritontts.nn.gated_delta import causal_conv, delta_rule, gates
 
 
 def inputs(n=23, hk=2, hv=4, dk=8, dv=6, seed=0):

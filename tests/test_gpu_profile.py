@@ -13,12 +13,13 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from frontend.__main__ import parse_args, profile_repository
-from tritontts import profiles
+from tritontts.deploy import profiles
 from tritontts.families import FAMILIES
-from tritontts.profiles import (CPU_STAGES, GPU_PARAMETERS, GPU_STAGES, ONE_INSTANCE, TALKER_BUDGET,
-                                TALKERS, ProfileError, config_text, write_profile_repository)
-from tritontts.repository import (ENSEMBLE_REPOSITORY, STAGE_REPOSITORY, ensemble_config,
-                                  read_config, write_instance)
+from tritontts.deploy.profiles import (
+    CPU_STAGES, GPU_PARAMETERS, GPU_STAGES, ONE_INSTANCE, TALKER_BUDGET, TALKERS, ProfileError,
+    config_text, write_profile_repository)
+from tritontts.deploy.repository import (
+    ENSEMBLE_REPOSITORY, STAGE_REPOSITORY, ensemble_config, read_config, write_instance)
 
 STAGES = profiles.stage_names()
 GPU, CPU = mc.ModelInstanceGroup.Kind.KIND_GPU, mc.ModelInstanceGroup.Kind.KIND_CPU

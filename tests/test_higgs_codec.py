@@ -1,4 +1,4 @@
-"""The higgs-audio v2 codec (tritontts.higgs_codec) on a tiny random checkpoint: our decoder
+"""The higgs-audio v2 codec (tritontts.nn.higgs_codec) on a tiny random checkpoint: our decoder
 against transformers' HiggsAudioV2TokenizerModel.decode and vLLM-Omni 0.30's
 OmniVoiceDecoder, the encoder against transformers' encode, loader errors, weight-norm
 folding, the decoder as an onnxruntime graph, chunked (streaming) decoding against the
@@ -17,13 +17,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tritontts.checkpoint import CheckpointError
-from tritontts.higgs_codec import (CONFIG_FILE, LEGACY_WEIGHTS_FILE, PREPROCESSOR_FILE, WEIGHTS_FILE,
-                                   HiggsCodecConfig, HiggsCodecDecoder, HiggsCodecEncoder,
-                                   _tokenizer_classes, chunk_window, codec_config_dict,
-                                   context_frames, decode_chunk, decode_chunk_rows, decoder_graph,
-                                   load_codec_decoder, resample, write_legacy_codec,
-                                   write_random_codec)
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.nn.higgs_codec import (
+    CONFIG_FILE, LEGACY_WEIGHTS_FILE, PREPROCESSOR_FILE, WEIGHTS_FILE, HiggsCodecConfig,
+    HiggsCodecDecoder, HiggsCodecEncoder, _tokenizer_classes, chunk_window, codec_config_dict,
+    context_frames, decode_chunk, decode_chunk_rows, decoder_graph, load_codec_decoder, resample,
+    write_legacy_codec, write_random_codec)
 
 TOLERANCE = 1e-4
 

@@ -17,7 +17,7 @@ import yaml
 
 from frontend.__main__ import parse_args as front_args
 from tritontts.families import FAMILIES
-from tritontts.profiles import PROFILES
+from tritontts.deploy.profiles import PROFILES
 
 K8S = Path(__file__).resolve().parent.parent / "deploy" / "k8s"
 KUBERNETES_VERSION = "1.30.0"
@@ -71,7 +71,7 @@ def test_tritonserver_pods_serve_the_configured_families_with_the_profile(render
     overlay, docs = rendered
     env = docs[("ConfigMap", "tritontts-config")]["data"]
     triton = container(docs, "tritontts-triton")
-    assert triton["command"] == ["python", "-m", "tritontts.tritonserver"]
+    assert triton["command"] == ["python", "-m", "tritontts.deploy.tritonserver"]
     args = dict(expand(a, env).lstrip("-").split("=", 1) for a in triton["args"])
     assert set(args["families"].split(",")) <= set(FAMILIES)
     assert args["profile"] == overlay and overlay in PROFILES

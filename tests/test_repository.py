@@ -1,5 +1,5 @@
 """The model repositories without a server: committed ensembles equal what
-`python -m tritontts.repository` writes, their wiring is valid, every stage config names a
+`python -m tritontts.deploy.repository` writes, their wiring is valid, every stage config names a
 real stage class, and the generator refuses wiring Triton would reject."""
 from __future__ import annotations
 
@@ -8,18 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from tritontts import repository
+from tritontts.deploy import repository
 from tritontts.families import FAMILIES
-from tritontts.repository import (ENSEMBLE_REPOSITORY, STAGE_REPOSITORY, WiringError,
-                                  ensemble_config, read_config, wire)
-from tritontts.stage import ENSEMBLE_INPUTS, ENSEMBLE_OUTPUTS, Stage
+from tritontts.deploy.repository import (
+    ENSEMBLE_REPOSITORY, STAGE_REPOSITORY, WiringError, ensemble_config, read_config, wire)
+from tritontts.protocol import ENSEMBLE_INPUTS, ENSEMBLE_OUTPUTS
+from tritontts.serving.stage import Stage
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_committed_ensemble_equals_the_generated_one(name):
     committed = (ENSEMBLE_REPOSITORY / name / "config.pbtxt").read_text()
     assert committed == ensemble_config(FAMILIES[name]), \
-        "ensembles/ is stale: run python -m tritontts.repository"
+        "ensembles/ is stale: run python -m tritontts.deploy.repository"
     assert (ENSEMBLE_REPOSITORY / name / "1").is_dir()
 
 

@@ -1,4 +1,4 @@
-"""tritontts.runtime on the tiny random checkpoints: every exportable network of every
+"""tritontts.nn.runtime on the tiny random checkpoints: every exportable network of every
 family, exported to ONNX, matches PyTorch (fp32, max-abs-diff <= 1e-4) at its smallest,
 typical and an odd shape, while a perturbed weight does not (the negative control); the
 stages' streaming paths give the same audio on onnxruntime as on PyTorch; the runtime
@@ -16,13 +16,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tritontts import runtime
+from tritontts.nn import runtime
 from tritontts.families import FAMILIES
-from tritontts.runtime import (Axis, Graph, Method, TensorSpec, engine_dir, ensure_onnx,
-                               parse_preference, profile_shapes, select_runner, stage_runner)
+from tritontts.nn.runtime import (
+    Axis, Graph, Method, TensorSpec, engine_dir, ensure_onnx, parse_preference, profile_shapes,
+    select_runner, stage_runner)
 
 TOLERANCE = 1e-4
-FAMILIES_WITH_GRAPHS = [name for name, f in FAMILIES.items() if f.export_graphs]
+FAMILIES_WITH_GRAPHS = [name for name, f in FAMILIES.items() if f.graphs]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -96,9 +97,9 @@ def test_onnxruntime_matches_torch_within_1e4_at_min_opt_and_odd_shapes_and_pert
 
 
 def test_flow_streaming_mel_on_onnxruntime_equals_torch(random_checkpoints, engines):
-    from tritontts.cosyvoice3.checkpoint import open_checkpoint
-    from tritontts.cosyvoice3.flow import velocity_graph
-    from tritontts.cosyvoice3.stages import load_flow
+    from tritontts.families.cosyvoice3.checkpoint import open_checkpoint
+    from tritontts.families.cosyvoice3.flow import velocity_graph
+    from tritontts.families.cosyvoice3.stages import load_flow
 
     flow = load_flow(open_checkpoint(random_checkpoints["cosyvoice3"]))
     dit = flow.decoder.estimator
@@ -128,9 +129,9 @@ def test_flow_streaming_mel_on_onnxruntime_equals_torch(random_checkpoints, engi
 
 
 def test_hift_streamed_audio_on_onnxruntime_equals_torch(random_checkpoints, engines):
-    from tritontts.cosyvoice3.checkpoint import open_checkpoint
-    from tritontts.hift import spectrum_graph, stream_hift
-    from tritontts.cosyvoice3.stages import load_hift
+    from tritontts.families.cosyvoice3.checkpoint import open_checkpoint
+    from tritontts.nn.hift import spectrum_graph, stream_hift
+    from tritontts.families.cosyvoice3.stages import load_hift
 
     hift = load_hift(open_checkpoint(random_checkpoints["cosyvoice3"]))
     mel = torch.randn(1, 80, 60, generator=torch.Generator().manual_seed(6))
@@ -154,7 +155,8 @@ def test_hift_streamed_audio_on_onnxruntime_equals_torch(random_checkpoints, eng
 
 
 def test_code2wav_streamed_audio_on_onnxruntime_equals_torch_and_whole(random_checkpoints, engines):
-    from tritontts.qwen3_tts.code2wav import code2wav_graphs, decode_streaming, load_code2wav
+    from tritontts.families.qwen3_tts.code2wav import (
+        code2wav_graphs, decode_streaming, load_code2wav)
 
     codec = load_code2wav(random_checkpoints["qwen3_tts"] / "speech_tokenizer")
     codes = torch.randint(0, codec.cfg.codebook_size, (1, codec.cfg.num_quantizers, 40),
@@ -292,7 +294,7 @@ def test_method_graph_exports_one_method_of_a_larger_module(tmp_path):
 
 def test_tensorrt_runner_sends_shapes_outside_its_profile_to_torch():
     """The engine itself needs a GPU; its profile guard does not."""
-    from tritontts.runtime import TensorRTRunner
+    from tritontts.nn.runtime import TensorRTRunner
 
     graph = small_graph()
     runner = TensorRTRunner.__new__(TensorRTRunner)     # no engine: only the guard runs

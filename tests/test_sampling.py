@@ -6,7 +6,7 @@ import pytest
 
 from tritontts import sampling
 from tritontts.families import FAMILIES
-from tritontts.stage import InvalidRequest
+from tritontts.protocol import InvalidRequest
 
 
 @pytest.mark.parametrize("name,value,needle", [

@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 import time
 
-from tritontts.scheduling import ChunkScheduler
+from tritontts.serving.scheduling import ChunkScheduler
 
 
 def test_streams_release_in_order_even_when_workers_finish_out_of_order():
@@ -98,7 +98,7 @@ def test_a_stream_runs_one_chunk_at_a_time_while_other_streams_use_the_other_wor
 
 
 def test_alone_is_true_only_for_a_job_with_nothing_else_running_or_ready():
-    from tritontts.scheduling import alone
+    from tritontts.serving.scheduling import alone
 
     sched = ChunkScheduler(workers=2)
     seen: dict[str, bool] = {}

@@ -1,4 +1,4 @@
-"""The tritontts backend (tritontts/triton_stage.py) on CPU with a stand-in pb_utils: how it
+"""The tritontts backend (tritontts/serving/triton_stage.py) on CPU with a stand-in pb_utils: how it
 types outputs from the config, forwards stream metadata, numbers and finalizes streamed
 chunks, maps errors, skips cancelled requests and sends engine responses off the loop.
 Also the real stage classes whose logic used to be reachable only through a server:
@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritontts.stage import EngineStage, InvalidRequest, Stage, StreamingStage
+from tritontts.serving.stage import EngineStage, Stage, StreamingStage
+from tritontts.protocol import InvalidRequest
 from tritontts.testing.pb_utils import FakeRequest, fake_pb_utils, model_args
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,7 +38,7 @@ parameters {{ key: "stage" value: {{ string_value: "{__name__}:{stage}" }} }}
 
 
 def load(path: Path):
-    from tritontts.triton_stage import TritonPythonModel
+    from tritontts.serving.triton_stage import TritonPythonModel
 
     model = TritonPythonModel()
     model.initialize(model_args(path))
@@ -372,9 +373,9 @@ class ScriptedEngine:
 
 
 def scripted_talker(steps: dict[str, list[list[int]]], first_hop=2, max_hop=4, scale=2, lookahead=1):
-    from tritontts.cosyvoice3.hops import HopSchedule
-    from tritontts.cosyvoice3.stages import CosyVoice3TalkerStage
-    from tritontts.cosyvoice3.talker import TalkerVocab
+    from tritontts.families.cosyvoice3.hops import HopSchedule
+    from tritontts.families.cosyvoice3.stages import CosyVoice3TalkerStage
+    from tritontts.families.cosyvoice3.talker import TalkerVocab
 
     talker = object.__new__(CosyVoice3TalkerStage)   # no engine, no checkpoint
     talker.vocab = TalkerVocab(speech_offset=100)
@@ -392,7 +393,7 @@ def scripted_talker(steps: dict[str, list[list[int]]], first_hop=2, max_hop=4, s
 
 
 def run_talker(talker, inputs) -> list[dict]:
-    from tritontts.stage import Inputs
+    from tritontts.serving.stage import Inputs
 
     async def collect():
         return [chunk async for chunk in talker.run(Inputs(inputs))]
@@ -467,7 +468,7 @@ def test_a_decoupled_one_response_stage_releases_each_streams_chunks_in_order(tm
 
 def test_a_kind_gpu_instance_gives_its_stage_the_cuda_device_triton_named():
     with fake_pb_utils():
-        from tritontts.triton_stage import instance_device
+        from tritontts.serving.triton_stage import instance_device
 
     assert instance_device({"model_instance_kind": "GPU", "model_instance_device_id": "1"}) == "cuda:1"
     assert instance_device({"model_instance_kind": "CPU", "model_instance_device_id": "0"}) == "cpu"
@@ -475,7 +476,7 @@ def test_a_kind_gpu_instance_gives_its_stage_the_cuda_device_triton_named():
 
 
 def test_a_gpu_talker_instance_sees_only_its_gpu(monkeypatch):
-    from tritontts.vllm_talker import pin_engine_gpu
+    from tritontts.engine.vllm_talker import pin_engine_gpu
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     pin_engine_gpu("cpu")

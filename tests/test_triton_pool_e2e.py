@@ -13,7 +13,7 @@ import pytest
 
 from tritontts.testing.audio import decode, rms
 from tritontts.testing.stack import Stack, free_port, new_user_environment
-from tritontts.tritonserver import TritonServer
+from tritontts.deploy.tritonserver import TritonServer
 
 SECONDS_BEFORE_KILL, SECONDS_AFTER_KILL = 6.0, 10.0
 CLIENTS = 4

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tritontts.tritonserver import environment_bin, triton_env
+from tritontts.deploy.tritonserver import environment_bin, triton_env
 
 # A new user's login shell, plus variables that point at another Python installation.
 HOSTILE_SHELL = {"HOME": "/root", "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",

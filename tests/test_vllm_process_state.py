@@ -27,8 +27,8 @@ def taken() -> bool:
 
 @pytest.fixture(scope="module")
 def talker_dir(tiny_cosyvoice3, tmp_path_factory):
-    from tritontts.cosyvoice3.checkpoint import open_checkpoint
-    from tritontts.cosyvoice3.talker import convert_llm_checkpoint
+    from tritontts.families.cosyvoice3.checkpoint import open_checkpoint
+    from tritontts.families.cosyvoice3.talker import convert_llm_checkpoint
 
     ckpt = open_checkpoint(tiny_cosyvoice3)
     out = tmp_path_factory.mktemp("talker")
@@ -96,8 +96,8 @@ def test_servers_started_after_an_in_process_engine_do_not_inherit_its_vllm_vari
 
 def test_every_talker_asking_more_than_the_tiny_kv_cache_gets_exactly_it():
     from tritontts.families import FAMILIES
-    from tritontts.profiles import talker_settings_path
-    from tritontts.repository import STAGE_REPOSITORY
+    from tritontts.deploy.profiles import talker_settings_path
+    from tritontts.deploy.repository import STAGE_REPOSITORY
     from tritontts.testing.stack import TINY_KV_CACHE_BYTES, tiny_engine_args
 
     args = tiny_engine_args(tuple(FAMILIES))
@@ -119,7 +119,7 @@ def test_the_served_in_process_engine_releases_vllm_state_after_a_refused_start_
         talker_dir):
     import asyncio
 
-    from tritontts.vllm_talker import InprocEngine
+    from tritontts.engine.vllm_talker import InprocEngine
 
     loop = asyncio.new_event_loop()
     try:

@@ -14,7 +14,8 @@ import pytest
 import soundfile as sf
 
 from tritontts.families import FAMILIES
-from tritontts.stage import InvalidRequest, Inputs, StageContext, parse_params
+from tritontts.protocol import InvalidRequest, parse_params
+from tritontts.serving.stage import Inputs, StageContext
 from tritontts.voice import VOICE_FEATURES, pack_voice, unpack_voice, voice_metadata
 
 CLONING = [f for f in FAMILIES.values() if f.voice_encoder is not None]
@@ -32,7 +33,7 @@ def reference(seconds: float = 3.0) -> str:  # 3 s: the shortest GLM-TTS takes
 
 
 def stage_of(family, checkpoint: Path):
-    from tritontts.repository import STAGE_REPOSITORY, read_config
+    from tritontts.deploy.repository import STAGE_REPOSITORY, read_config
 
     config = read_config(STAGE_REPOSITORY / family.voice_encoder / "config.pbtxt")
     module, _, name = config.parameters["stage"].string_value.partition(":")
@@ -41,7 +42,7 @@ def stage_of(family, checkpoint: Path):
 
 
 def _open(family, checkpoint: Path):
-    return importlib.import_module(f"tritontts.{family.name}.checkpoint").open_checkpoint(checkpoint)
+    return importlib.import_module(f"tritontts.families.{family.name}.checkpoint").open_checkpoint(checkpoint)
 
 
 def inputs_of(params: dict, text: str = "Some words to say.") -> Inputs:
@@ -129,7 +130,7 @@ def stage_fingerprint(stage) -> str:
 def spec_of(stage) -> dict:
     if hasattr(stage, "voice_spec"):
         return stage.voice_spec
-    from tritontts.cosyvoice3.prompt import VOICE_SPEC
+    from tritontts.families.cosyvoice3.prompt import VOICE_SPEC
 
     return VOICE_SPEC
 

@@ -5,7 +5,7 @@ import io
 
 import numpy as np
 
-from .stage import InvalidRequest
+from .protocol import InvalidRequest
 
 
 def decode_audio(data: bytes, what: str = "audio") -> tuple[np.ndarray, int]:

@@ -3,18 +3,48 @@
 The launcher, the HTTP front, the ensemble generator and the tests loop over the registered
 descriptors (`tritontts.families.FAMILIES`) and read capabilities from them; none of them
 branches on a family's name. Each family declares its descriptor in its own
-`tritontts/<family>/family.py`, which must stay light to import (no torch, no Triton):
-the front imports it.
+`tritontts/families/<family>/family.py`, which must stay light to import (no torch, no
+Triton): the front imports it. Its heavy code (checkpoint reader, random checkpoint writer,
+graph exporter) it names with `lazy`, imported on first call.
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .checkpoint import CheckpointError
-from .stage import InvalidRequest
+from .weights.checkpoint import CheckpointError
+from .protocol import InvalidRequest
+
+
+class Lazy:
+    """The function named "module:function", imported on its first call; a relative module
+    is in `package` (a descriptor passes its __package__)."""
+
+    def __init__(self, package: str, spec: str):
+        module, sep, self.name = spec.partition(":")
+        if not sep or not module or not self.name:
+            raise ValueError(f"a lazy function is 'module:function', got {spec!r}")
+        self.module = importlib.util.resolve_name(module, package)
+        self._function: Callable | None = None
+
+    def resolve(self) -> Callable:
+        if self._function is None:
+            self._function = getattr(importlib.import_module(self.module), self.name)
+        return self._function
+
+    def __call__(self, *args, **kwargs):
+        return self.resolve()(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"lazy({self.module}:{self.name})"
+
+
+def lazy(package: str, spec: str) -> Lazy:
+    return Lazy(package, spec)
 
 
 @dataclass(frozen=True)
@@ -37,7 +67,7 @@ class Family:
     name: str                             # OpenAI `model` value and the ensemble's name
     description: str
     stages: tuple[str, ...]               # stage models in pipeline order (ensembles/ is
-                                          # generated from them: tritontts.repository)
+                                          # generated from them: tritontts.deploy.repository)
     parse_params: Callable[[dict[str, Any]], Any]   # the family's one parameter parser
     capabilities: Capabilities
     # The checkpoint: `--checkpoint NAME=PATH` or the environment variable below.
@@ -45,7 +75,9 @@ class Family:
     fields: frozenset[str] = frozenset()  # the request fields parse_params takes (its KNOWN)
     checkpoint_required: bool = True
     checkpoint_env_name: str | None = None          # default TRITONTTS_<NAME>_CHECKPOINT
-    preflight: Callable[[Path], None] | None = None  # raises CheckpointError naming the file
+    # Reads the checkpoint at a path, raising CheckpointError naming what is wrong: the
+    # launcher opens it before starting anything; the stages open it the same way.
+    open_checkpoint: Callable[[Path], Any] | None = None
     voices: Callable[[Path | None], list[str]] = field(default=lambda checkpoint: ["default"])
     # The stage that turns a reference recording into stored voice features (its
     # `voice_features` output, tritontts/voice.py); None: no uploaded voices.
@@ -57,8 +89,8 @@ class Family:
     # request fields (beyond input/voice) that a request to it needs.
     write_random_checkpoint: Callable[..., Path] | None = None
     # The networks of its non-autoregressive stages that may run on onnxruntime or TensorRT
-    # (tritontts.runtime Graphs) for the checkpoint at a path: what build/export.py exports.
-    export_graphs: Callable[[Path], list] | None = None
+    # (tritontts.nn.runtime Graphs) of an opened checkpoint: what build/export.py exports.
+    graphs: Callable[[Any], list] | None = None
     example_params: Callable[[], dict[str, Any]] = field(default=dict)
     # Checkpoint variants the contract suite also runs (e.g. Qwen3-TTS's kinds): name ->
     # (options for write_random_checkpoint, extra request fields that variant needs).
@@ -78,6 +110,12 @@ class Family:
                                   f"`python -m frontend --families {self.name} "
                                   f"--checkpoint {self.name}=PATH` ({self.checkpoint_help})")
         return None
+
+    def export_graphs(self, path: Path) -> list:
+        """The `graphs` of the checkpoint at `path`."""
+        if self.graphs is None or self.open_checkpoint is None:
+            raise ValueError(f"{self.name} has no networks to export")
+        return self.graphs(self.open_checkpoint(path))
 
     def request_params(self, speed: float, extra: dict[str, Any]) -> dict[str, Any]:
         """The ensemble's `params` for an HTTP request: its extra fields plus `speed` when it

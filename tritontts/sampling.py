@@ -13,7 +13,7 @@ import json
 import math
 from typing import Any, Iterable
 
-from .stage import InvalidRequest
+from .protocol import InvalidRequest
 
 SAMPLING = "sampling"      # the prompt stage's output and the talker's input
 

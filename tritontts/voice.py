@@ -24,7 +24,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .stage import InvalidRequest
+from .protocol import InvalidRequest
 
 VOICE_FEATURES = "voice_features"     # the prompt stage's output and the request parameter
 MAX_VOICE_FEATURES_BYTES = 8 * 1024 * 1024
@@ -125,7 +125,7 @@ def transcribed_reference(params: dict[str, Any], family_label: str, transcript_
     transcript, checked together: ref_text needs ref_audio (and, with transcript_required,
     ref_audio needs ref_text), and a stored voice replaces both (its transcript is stored
     with it)."""
-    from .stage import audio_param
+    from .protocol import audio_param
 
     ref_audio = audio_param(params["ref_audio"]) if params.get("ref_audio") is not None else None
     ref_text = params.get("ref_text")

@@ -1,4 +1,4 @@
-"""AuK's condition-encoder audio side (tritontts.auk.audio_tower) against transformers 5.19's
+"""AuK's condition-encoder audio side (tritontts.families.auk.audio_tower) against transformers 5.19's
 Qwen2.5-Omni: the processor's WhisperFeatureExtractor with the released preprocessor
 settings (built here, nothing downloaded) and Qwen2_5OmniAudioEncoder driven as the thinker's
 get_audio_features drives it (frames masked in by feature_attention_mask, feature_lens).
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from tritontts.auk.audio_tower import (
+from tritontts.families.auk.audio_tower import (
     MAX_SAMPLES, AudioTower, audio_features, audio_token_count, feature_frame_count,
     load_audio_tower)
-from tritontts.checkpoint import CheckpointError
-from tritontts.mel import slaney_mel_filters, whisper_log_mel
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.nn.mel import slaney_mel_filters, whisper_log_mel
 
 RATE = 16000
 TINY = dict(d_model=64, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=128,

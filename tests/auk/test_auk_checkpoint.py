@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tritontts.auk.checkpoint import FLASH_T_GRID, open_checkpoint
-from tritontts.auk.random_checkpoint import write_random_checkpoint
-from tritontts.checkpoint import CheckpointError
+from tritontts.families.auk.checkpoint import FLASH_T_GRID, open_checkpoint
+from tritontts.families.auk.random_checkpoint import write_random_checkpoint
+from tritontts.weights.checkpoint import CheckpointError
 
 REPO = Path(__file__).resolve().parents[2]
 

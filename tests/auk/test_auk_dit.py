@@ -1,4 +1,4 @@
-"""AuK DiT (tritontts.auk.dit) against vLLM-Omni 0.30's auk_transformer, fp32, on one set of
+"""AuK DiT (tritontts.families.auk.dit) against vLLM-Omni 0.30's auk_transformer, fp32, on one set of
 random weights shared by state dict; and the batched sampler against each request alone."""
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tritontts.auk.dit import (AuKTransformer, SampleRequest, load_transformer,
-                               sample_latents, time_grid)
-from tritontts.checkpoint import CheckpointError
-from tritontts.random_weights import randomize
+from tritontts.families.auk.dit import (
+    AuKTransformer, SampleRequest, load_transformer, sample_latents, time_grid)
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.weights.random_weights import randomize
 from tritontts.testing.references import auk_module
 
 TINY = dict(dim=64, heads=2, dim_head=32, ff_mult=2, text_hidden_dim=48, num_layers=2,

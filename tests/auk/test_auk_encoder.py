@@ -1,4 +1,4 @@
-"""AuK's condition encoder on vLLM (tritontts.auk.vllm_model: vLLM's Qwen2 layers, the clip's
+"""AuK's condition encoder on vLLM (tritontts.families.auk.vllm_model: vLLM's Qwen2 layers, the clip's
 audio-tower embeddings at the <|AUDIO|> places, every layer fused) against transformers'
 Qwen2_5OmniThinkerForConditionalGeneration on the same tiny checkpoint, fp32: its
 hidden_states fused by the upstream rule (layer_norm of hidden_states[1:], softmax(
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from tritontts.auk.checkpoint import open_checkpoint
-from tritontts.auk.prompt import IM_END, PromptBuilder, rendered
-from tritontts.auk.random_checkpoint import write_random_checkpoint
+from tritontts.families.auk.checkpoint import open_checkpoint
+from tritontts.families.auk.prompt import IM_END, PromptBuilder, rendered
+from tritontts.families.auk.random_checkpoint import write_random_checkpoint
 from tritontts.testing.engine import close_engine, frames_engine
 from tritontts.testing.references import auk_fused_condition
 
@@ -64,7 +64,7 @@ def reference_condition(model, checkpoint, ids, features=None, layer_weights=Non
 
 @pytest.fixture(scope="module")
 def encoder(checkpoint, tmp_path_factory):
-    from tritontts.auk.vllm_model import prepare_vllm_encoder, register
+    from tritontts.families.auk.vllm_model import prepare_vllm_encoder, register
 
     builder = PromptBuilder(checkpoint.thinker_root)
     register()
@@ -83,8 +83,8 @@ def run_encoder(llm, prompts):
     """prompts: [(ids, audio_start, audio_embeds | None)] -> their conditions, run as one batch."""
     from vllm import SamplingParams, TokensPrompt
 
-    from tritontts.auk.vllm_model import EncoderRequest
-    from tritontts.vllm_frames import FRAMES_ARG, register, release
+    from tritontts.families.auk.vllm_model import EncoderRequest
+    from tritontts.engine.vllm_frames import FRAMES_ARG, register, release
 
     requests, params = [], []
     for i, (ids, start, embeds) in enumerate(prompts):
@@ -119,8 +119,8 @@ def test_prompt_ids_equal_the_rendered_template_tokenized_whole(checkpoint):
 
 def test_vllm_condition_equals_the_transformers_thinker_fused_for_batched_chunked_requests(checkpoint, reference,
                                                                                    encoder, clip):
-    from tritontts.auk.audio_tower import audio_features, load_audio_tower
-    from tritontts.checkpoint import read_tensors
+    from tritontts.families.auk.audio_tower import audio_features, load_audio_tower
+    from tritontts.weights.checkpoint import read_tensors
 
     builder, llm = encoder
     tower = load_audio_tower(read_tensors(checkpoint.thinker_files[0], "thinker.audio_tower."),

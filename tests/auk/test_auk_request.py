@@ -1,14 +1,14 @@
-"""AuK's request fields (tritontts.auk.request: the one parser, shared by stage and front) and
-the instruction and output length a request turns into (tritontts.auk.prompt)."""
+"""AuK's request fields (tritontts.families.auk.request: the one parser, shared by stage and front) and
+the instruction and output length a request turns into (tritontts.families.auk.prompt)."""
 from __future__ import annotations
 
 import base64
 
 import pytest
 
-from tritontts.auk.prompt import DEFAULT_VOICE, instruction_for, output_frames
-from tritontts.auk.request import parse_auk_params
-from tritontts.stage import InvalidRequest
+from tritontts.families.auk.prompt import DEFAULT_VOICE, instruction_for, output_frames
+from tritontts.families.auk.request import parse_auk_params
+from tritontts.protocol import InvalidRequest
 
 CLIP = base64.b64encode(b"RIFF-not-really-audio").decode()
 

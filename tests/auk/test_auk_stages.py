@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tritontts.auk.checkpoint import FLASH_T_GRID, open_checkpoint
-from tritontts.auk.random_checkpoint import write_random_checkpoint
-from tritontts.auk.request import parse_auk_params
-from tritontts.stage import Inputs, InvalidRequest, StageContext
+from tritontts.families.auk.checkpoint import FLASH_T_GRID, open_checkpoint
+from tritontts.families.auk.random_checkpoint import write_random_checkpoint
+from tritontts.families.auk.request import parse_auk_params
+from tritontts.serving.stage import Inputs, StageContext
+from tritontts.protocol import InvalidRequest
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def checkpoints(tmp_path_factory):
 
 
 def prompt_stage(checkpoint):
-    from tritontts.auk.stages import AuKPromptStage
+    from tritontts.families.auk.stages import AuKPromptStage
 
     return AuKPromptStage(StageContext("auk_prompt", checkpoint.root), checkpoint)
 
@@ -39,7 +40,7 @@ def test_flash_runs_its_distilled_grid_and_refuses_sampling_knobs_naming_them(ch
 
 
 def test_base_runs_its_recipe_and_a_request_may_change_it(checkpoints):
-    from tritontts.auk.dit import time_grid
+    from tritontts.families.auk.dit import time_grid
 
     stage = prompt_stage(checkpoints["base"])
     plan = stage.plan("Hi.", parse_auk_params({}), 3)
@@ -52,7 +53,7 @@ def test_base_runs_its_recipe_and_a_request_may_change_it(checkpoints):
 
 def test_a_clip_becomes_its_audio_places_and_its_latents_and_sets_an_edits_length(checkpoints):
     from tritontts.audio import resample
-    from tritontts.auk.audio_tower import audio_token_count
+    from tritontts.families.auk.audio_tower import audio_token_count
 
     stage = prompt_stage(checkpoints["base"])
     t = np.arange(int(1.37 * 24000)) / 24000
@@ -74,7 +75,7 @@ def test_a_clip_becomes_its_audio_places_and_its_latents_and_sets_an_edits_lengt
 
 
 def test_the_dit_stage_runs_a_batch_of_mixed_schedules_each_as_alone(checkpoints):
-    from tritontts.auk.stages import AuKDiTStage
+    from tritontts.families.auk.stages import AuKDiTStage
 
     ckpt = checkpoints["base"]
     stage = AuKDiTStage(StageContext("auk_dit", ckpt.root), ckpt)
@@ -98,7 +99,7 @@ def test_the_dit_stage_runs_a_batch_of_mixed_schedules_each_as_alone(checkpoints
 
 
 def test_a_dit_batch_whose_clients_all_left_stops_between_steps(checkpoints):
-    from tritontts.auk.stages import AuKDiTStage
+    from tritontts.families.auk.stages import AuKDiTStage
 
     ckpt = checkpoints["base"]
     stage = AuKDiTStage(StageContext("auk_dit", ckpt.root), ckpt)

@@ -1,4 +1,4 @@
-"""AuK's VAE (ours, tritontts.auk.vae) against vLLM-Omni 0.30's AuKVAE on shared random weights
+"""AuK's VAE (ours, tritontts.families.auk.vae) against vLLM-Omni 0.30's AuKVAE on shared random weights
 (a tiny config with the released hop of 480), fp32: the reference's module is filled with
 random weights in the release's layout (weight_g / weight_v, filter buffers, global
 statistics) plus flow.* tensors, saved as vae.safetensors, and read back by load_vae. Decode
@@ -13,10 +13,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tritontts.auk.vae import (AuKVAE, VAEConfig, anti_aliased_reach, chunk_bounds, decoder_reach,
-                               load_vae, released_state_dict)
-from tritontts.checkpoint import CheckpointError
-from tritontts.random_weights import save_safetensors
+from tritontts.families.auk.vae import (
+    AuKVAE, VAEConfig, anti_aliased_reach, chunk_bounds, decoder_reach, load_vae,
+    released_state_dict)
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.weights.random_weights import save_safetensors
 from tritontts.testing.references import auk_module
 
 # The released hop (prod of the rates is 480) with narrow layers.

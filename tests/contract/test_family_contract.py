@@ -138,7 +138,7 @@ def test_client_disconnect_frees_its_slot_and_the_server_stays_healthy(served, f
 def takes(family, **fields) -> bool:
     """Whether the family's parser accepts these fields (fields it knows only to refuse, with
     its own reason, do not count)."""
-    from tritontts.stage import InvalidRequest
+    from tritontts.protocol import InvalidRequest
 
     try:
         family.parse_params(dict(fields))

@@ -63,11 +63,11 @@ def test_grpc_chunk_sizes_follow_the_served_hop_schedule(stack, tiny_cosyvoice3)
     frames x 480 samples per token; the last chunk carries the rest."""
     import json
 
-    from tritontts.cosyvoice3.checkpoint import open_checkpoint
-    from tritontts.cosyvoice3.hops import HopSchedule, TokenChunker
-    from tritontts.cosyvoice3.request import parse_cosyvoice3_params
-    from tritontts.cosyvoice3.stages import CosyVoice3HiftStage, CosyVoice3PromptStage
-    from tritontts.stage import StageContext
+    from tritontts.families.cosyvoice3.checkpoint import open_checkpoint
+    from tritontts.families.cosyvoice3.hops import HopSchedule, TokenChunker
+    from tritontts.families.cosyvoice3.request import parse_cosyvoice3_params
+    from tritontts.families.cosyvoice3.stages import CosyVoice3HiftStage, CosyVoice3PromptStage
+    from tritontts.serving.stage import StageContext
     from tritontts.testing.stack import REPO
 
     ckpt = open_checkpoint(tiny_cosyvoice3)

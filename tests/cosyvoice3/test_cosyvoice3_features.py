@@ -9,9 +9,10 @@ import torch
 
 from tritontts.testing.references import s3tokenizer_utils
 from tritontts.audio import decode_audio
-from tritontts.cosyvoice3.features import kaldi_fbank, prompt_mel
-from tritontts.mel import slaney_mel_filters, whisper_log_mel
-from tritontts.stage import InvalidRequest
+from tritontts.families.cosyvoice3.features import prompt_mel
+from tritontts.nn.mel import kaldi_fbank
+from tritontts.nn.mel import slaney_mel_filters, whisper_log_mel
+from tritontts.protocol import InvalidRequest
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""CosyVoice3 flow decoder (tritontts.cosyvoice3.flow) on tiny random weights, CPU only.
+"""CosyVoice3 flow decoder (tritontts.families.cosyvoice3.flow) on tiny random weights, CPU only.
 
 Covers: output shapes / determinism, strict flow.pt key layout, streamed-vs-whole equality
 as CosyVoice3Model.tts/token2wav streams, and numeric parity with vLLM-Omni's independent
@@ -15,9 +15,10 @@ import types
 import pytest
 import torch
 
-from tritontts.checkpoint import CheckpointError
-from tritontts.cosyvoice3.flow import (MAX_MEL_FRAMES, CausalMaskedDiffWithDiT,
-                                       build_flow, chunk_attention_mask, load_flow_state_dict)
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.families.cosyvoice3.flow import (
+    MAX_MEL_FRAMES, CausalMaskedDiffWithDiT, build_flow, chunk_attention_mask,
+    load_flow_state_dict)
 
 MEL_RATIO = 2
 LOOKAHEAD = 3
@@ -35,7 +36,7 @@ TINY_DIT = dict(dim=64, depth=2, heads=2, dim_head=32, ff_mult=2, mel_dim=80, mu
 
 
 def flow_block(pre: dict, dit: dict) -> dict:
-    """A `flow:` block as tritontts.cosyvoice3.config reads cosyvoice3.yaml: "__class__" tags,
+    """A `flow:` block as tritontts.weights.hyperpyyaml reads cosyvoice3.yaml: "__class__" tags,
     cfm_params wrapped as the yaml's `!new:omegaconf.DictConfig {content: ...}`."""
     return {"__class__": "cosyvoice.flow.flow.CausalMaskedDiffWithDiT", **TOP,
             "pre_lookahead_layer": {"__class__": "cosyvoice.transformer.upsample_encoder.PreLookaheadLayer",

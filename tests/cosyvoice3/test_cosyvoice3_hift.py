@@ -1,4 +1,4 @@
-"""CausalHiFT vocoder (tritontts.hift, causal=True) on tiny random weights, CPU only.
+"""CausalHiFT vocoder (tritontts.nn.hift, causal=True) on tiny random weights, CPU only.
 
 Tiny channel counts, but the released model's rates: upsample [8, 5, 3] and a 16-point
 iSTFT with hop 4, so one mel frame is 480 samples at 24 kHz. Covers shapes and limits,
@@ -15,9 +15,9 @@ import pytest
 import torch
 from torch import nn
 
-from tritontts.checkpoint import CheckpointError
-from tritontts.hift import CausalConv1d, load_hift_state_dict, stream_hift
-from tritontts.hift import HiFTGenerator as CausalHiFTGenerator    # causal is the default
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.nn.hift import CausalConv1d, load_hift_state_dict, stream_hift
+from tritontts.nn.hift import HiFTGenerator as CausalHiFTGenerator    # causal is the default
 
 SAMPLES_PER_FRAME = 480
 TINY = dict(
@@ -27,7 +27,7 @@ TINY = dict(
     resblock_kernel_sizes=[3, 7, 11], resblock_dilation_sizes=[[1, 3, 5]] * 3,
     source_resblock_kernel_sizes=[7, 7, 11], source_resblock_dilation_sizes=[[1, 3, 5]] * 3,
     lrelu_slope=0.1, audio_limit=0.99, conv_pre_look_right=4,
-    # As tritontts.cosyvoice3.config parses the yaml's `!new:` tag.
+    # As tritontts.weights.hyperpyyaml parses the yaml's `!new:` tag.
     f0_predictor={"__class__": "cosyvoice.hifigan.f0_predictor.CausalConvRNNF0Predictor",
                   "num_class": 1, "in_channels": 80, "cond_channels": 32},
 )

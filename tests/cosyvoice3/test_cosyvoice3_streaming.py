@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tritontts.cosyvoice3.checkpoint import open_checkpoint
-from tritontts.cosyvoice3.hops import HopSchedule, TokenChunker
-from tritontts.cosyvoice3.request import parse_cosyvoice3_params
-from tritontts.cosyvoice3.stages import (CosyVoice3FlowStage, CosyVoice3HiftStage,
-                                         CosyVoice3PromptStage)
-from tritontts.stage import StageContext
+from tritontts.families.cosyvoice3.checkpoint import open_checkpoint
+from tritontts.families.cosyvoice3.hops import HopSchedule, TokenChunker
+from tritontts.families.cosyvoice3.request import parse_cosyvoice3_params
+from tritontts.families.cosyvoice3.stages import (
+    CosyVoice3FlowStage, CosyVoice3HiftStage, CosyVoice3PromptStage)
+from tritontts.serving.stage import StageContext
 
 TALKER_SETTINGS = Path(__file__).resolve().parents[2] / "model_repository/cosyvoice3_talker/1/model.json"
 
@@ -93,7 +93,7 @@ def test_reference_prompt_is_cached_by_content(parts):
 
 
 def test_long_input_is_spoken_in_segments(parts):
-    from tritontts.cosyvoice3.stages import SEGMENT_TEXT_TOKENS
+    from tritontts.families.cosyvoice3.stages import SEGMENT_TEXT_TOKENS
 
     frontend, params, _, _, _ = parts
     sentence = "Hello there, how are you today?"

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tritontts.cosyvoice3.checkpoint import CheckpointError, open_checkpoint
-from tritontts.cosyvoice3.config import load_hyperpyyaml
-from tritontts.cosyvoice3.talker import SPEECH_VOCAB, convert_llm_checkpoint
-from tritontts.ras import ras_distribution, ras_extra_args
-from tritontts.cosyvoice3.tokenizer import CosyVoice3TextTokenizer
+from tritontts.families.cosyvoice3.checkpoint import CheckpointError, open_checkpoint
+from tritontts.weights.hyperpyyaml import load_hyperpyyaml
+from tritontts.families.cosyvoice3.talker import SPEECH_VOCAB, convert_llm_checkpoint
+from tritontts.nn.ras import ras_distribution, ras_extra_args
+from tritontts.families.cosyvoice3.tokenizer import CosyVoice3TextTokenizer
 from tritontts.testing.engine import close_engine, in_process_llm
 
 
@@ -148,7 +148,7 @@ def _reference_logits(tiny, prompt_text_ids, text_ids, prompt_speech, steps):
 
 @pytest.fixture(scope="module")
 def vllm_talker(tiny, tmp_path_factory):
-    from tritontts.vllm_ras import RAS_LOGITS_PROCESSOR
+    from tritontts.engine.vllm_ras import RAS_LOGITS_PROCESSOR
 
     ckpt = open_checkpoint(tiny)
     import json

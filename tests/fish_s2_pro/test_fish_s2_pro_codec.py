@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tritontts.checkpoint import CheckpointError, ConfigFields
-from tritontts.fish_s2_pro.codec import (FishCodec, FishCodecConfig, load_codec, load_codec_file,
-                                         random_codec_state)
+from tritontts.weights.checkpoint import CheckpointError, ConfigFields
+from tritontts.families.fish_s2_pro.codec import (
+    FishCodec, FishCodecConfig, load_codec, load_codec_file, random_codec_state)
 from tritontts.testing.references import vllm_omni_module
 
 # Small widths; the released layer plan (4 encoder and 4 decoder rates, transformer in the

@@ -1,4 +1,4 @@
-"""Fish Speech S2 Pro's dual-AR talker (ours, tritontts.fish_s2_pro.dual_ar) against
+"""Fish Speech S2 Pro's dual-AR talker (ours, tritontts.families.fish_s2_pro.dual_ar) against
 mizuoto-fishspeech 0.2.3 (an op-by-op port of upstream; a test-only reference) on the same
 tiny random weights, fp32: the slow AR's logits and the fast AR's input over a prompt with
 semantic positions (codebook embeddings, the sqrt(11) scaling), and whole seeded generations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tritontts.fish_s2_pro.checkpoint import parse_config_dict
-from tritontts.fish_s2_pro.dual_ar import FishDualAR, FishSampling, FrameSampler
+from tritontts.families.fish_s2_pro.checkpoint import parse_config_dict
+from tritontts.families.fish_s2_pro.dual_ar import FishDualAR, FishSampling, FrameSampler
 
 SEMANTIC_BEGIN, CODEBOOK, IM_END = 200, 64, 5
 LAYER = {"dim": 64, "n_head": 4, "n_local_heads": 2, "head_dim": 16, "intermediate_size": 128,
@@ -38,7 +38,7 @@ def reference(state: dict[str, torch.Tensor]):
 
 @pytest.fixture(scope="module")
 def pair():
-    from tritontts.fish_s2_pro.random_checkpoint import random_state
+    from tritontts.families.fish_s2_pro.random_checkpoint import random_state
 
     config = parse_config_dict(CONFIG)
     ours = FishDualAR(config)
@@ -60,7 +60,7 @@ def prompt(config) -> torch.Tensor:
 
 
 def test_slow_ar_logits_and_fast_input_match_mizuoto(pair):
-    from tritontts.qwen3 import KVCache
+    from tritontts.nn.qwen3 import KVCache
 
     config, ours, ref = pair
     p = prompt(config)
@@ -112,7 +112,7 @@ def test_repetition_aware_resampling_takes_the_second_draw_on_a_repeat(pair):
     """A main token among the recent frames' is replaced by the second draw (temperature 1.0,
     top-p 0.9), drawn after it from the same generator; the first frames are not (upstream's
     window starts after the first frame)."""
-    from tritontts.fish_s2_pro.dual_ar import draw, filtered_probs
+    from tritontts.families.fish_s2_pro.dual_ar import draw, filtered_probs
 
     config, *_ = pair
     logits = torch.full((300,), float("-inf"))

@@ -34,10 +34,10 @@ def in_process(checkpoint_dir, text: str, params: dict) -> tuple[np.ndarray, int
     prompt stage's prompt, our PyTorch dual AR drawing from the request's generator."""
     from safetensors.torch import load_file
 
-    from tritontts.fish_s2_pro.checkpoint import open_checkpoint
-    from tritontts.fish_s2_pro.dual_ar import FishDualAR, FishSampling, FrameSampler
-    from tritontts.fish_s2_pro.stages import FishS2ProPromptStage, load_served_codec
-    from tritontts.stage import Inputs, StageContext
+    from tritontts.families.fish_s2_pro.checkpoint import open_checkpoint
+    from tritontts.families.fish_s2_pro.dual_ar import FishDualAR, FishSampling, FrameSampler
+    from tritontts.families.fish_s2_pro.stages import FishS2ProPromptStage, load_served_codec
+    from tritontts.serving.stage import Inputs, StageContext
 
     ckpt = open_checkpoint(checkpoint_dir)
     stage = FishS2ProPromptStage(StageContext("fish_s2_pro_prompt", checkpoint_dir), ckpt)

@@ -1,4 +1,4 @@
-"""Our Fish Speech S2 Pro fast AR (tritontts.fish_s2_pro.dual_ar: decode_frames over the
+"""Our Fish Speech S2 Pro fast AR (tritontts.families.fish_s2_pro.dual_ar: decode_frames over the
 audio_decoder.* weights) against vLLM-Omni 0.30's FishSpeechFastAR (vLLM layers, run on this
 CPU in a single-process vLLM: gloo distributed init, model parallel 1, quant methods'
 process_weights_after_loading) on the same tiny random weights, greedy, fp32: from the same
@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tritontts.fish_s2_pro.checkpoint import parse_config_dict
-from tritontts.fish_s2_pro.dual_ar import FishDualAR, decode_frames
+from tritontts.families.fish_s2_pro.checkpoint import parse_config_dict
+from tritontts.families.fish_s2_pro.dual_ar import FishDualAR, decode_frames
 
 SEMANTIC_BEGIN, CODEBOOK = 200, 64
 LAYER = {"dim": 64, "n_head": 4, "n_local_heads": 2, "head_dim": 16, "intermediate_size": 128,
@@ -67,7 +67,7 @@ def _pair(vllm_config):
 
     from tritontts.testing.references import vllm_omni_module
 
-    from tritontts.fish_s2_pro.random_checkpoint import random_state
+    from tritontts.families.fish_s2_pro.random_checkpoint import random_state
 
     config = parse_config_dict(CONFIG)
     ours = FishDualAR(config)

@@ -9,10 +9,10 @@ import json
 import pytest
 import torch
 
-from tritontts.checkpoint import CheckpointError
-from tritontts.fish_s2_pro.checkpoint import open_checkpoint
-from tritontts.fish_s2_pro.prompt import FishPromptBuilder, PromptError, Reference
-from tritontts.fish_s2_pro.random_checkpoint import write_random_checkpoint
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.families.fish_s2_pro.checkpoint import open_checkpoint
+from tritontts.families.fish_s2_pro.prompt import FishPromptBuilder, PromptError, Reference
+from tritontts.families.fish_s2_pro.random_checkpoint import write_random_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from tritontts.fish_s2_pro.checkpoint import open_checkpoint
-from tritontts.fish_s2_pro.random_checkpoint import write_random_checkpoint
-from tritontts.stage import Inputs, InvalidRequest, StageContext
+from tritontts.families.fish_s2_pro.checkpoint import open_checkpoint
+from tritontts.families.fish_s2_pro.random_checkpoint import write_random_checkpoint
+from tritontts.serving.stage import Inputs, StageContext
+from tritontts.protocol import InvalidRequest
 
 
 @pytest.fixture(scope="module")
 def stage(tmp_path_factory):
-    from tritontts.fish_s2_pro.stages import FishS2ProCodecStage
+    from tritontts.families.fish_s2_pro.stages import FishS2ProCodecStage
 
     checkpoint = open_checkpoint(write_random_checkpoint(tmp_path_factory.mktemp("fish") / "tiny", seed=3))
     return FishS2ProCodecStage(StageContext("fish_s2_pro_codec", checkpoint.root), checkpoint)

@@ -1,4 +1,4 @@
-"""The Fish Speech S2 Pro talker on vLLM (tritontts.fish_s2_pro.vllm_model: vLLM's Qwen3 on the
+"""The Fish Speech S2 Pro talker on vLLM (tritontts.families.fish_s2_pro.vllm_model: vLLM's Qwen3 on the
 split, reordered weights; the main-token draw and the fast AR in compute_logits) against our
 PyTorch dual AR on the same tiny checkpoint, fp32: the frames of three requests generated
 together (plain text and a cloned voice's prompt, other seeds and temperatures) equal each
@@ -10,10 +10,10 @@ import gc
 import pytest
 import torch
 
-from tritontts.fish_s2_pro.checkpoint import open_checkpoint
-from tritontts.fish_s2_pro.dual_ar import FishDualAR, FishSampling, FrameSampler
-from tritontts.fish_s2_pro.prompt import FishPromptBuilder, Reference
-from tritontts.fish_s2_pro.random_checkpoint import write_random_checkpoint
+from tritontts.families.fish_s2_pro.checkpoint import open_checkpoint
+from tritontts.families.fish_s2_pro.dual_ar import FishDualAR, FishSampling, FrameSampler
+from tritontts.families.fish_s2_pro.prompt import FishPromptBuilder, Reference
+from tritontts.families.fish_s2_pro.random_checkpoint import write_random_checkpoint
 from tritontts.testing.engine import close_engine, frames_engine
 
 MAX_FRAMES = 12
@@ -21,7 +21,7 @@ MAX_FRAMES = 12
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    from tritontts.fish_s2_pro.vllm_model import prepare_vllm_talker, register
+    from tritontts.families.fish_s2_pro.vllm_model import prepare_vllm_talker, register
 
     checkpoint = open_checkpoint(write_random_checkpoint(tmp_path_factory.mktemp("fish") / "tiny", seed=4))
     register()
@@ -46,8 +46,8 @@ def test_vllm_frames_equal_the_pytorch_talker_for_batched_requests(engine):
     from safetensors.torch import load_file
     from vllm import SamplingParams, TokensPrompt
 
-    from tritontts.fish_s2_pro.vllm_model import FishStream
-    from tritontts.vllm_frames import FRAMES_ARG, register, release
+    from tritontts.families.fish_s2_pro.vllm_model import FishStream
+    from tritontts.engine.vllm_frames import FRAMES_ARG, register, release
 
     checkpoint, llm = engine
     c = checkpoint.config

@@ -81,7 +81,7 @@ def test_family_without_a_required_checkpoint_needs_no_tritonserver_entry():
 def test_checkpoint_is_preflighted_and_reaches_tritonserver_absolute_under_checkpoint_env(
         tmp_path, monkeypatch):
     checked = []
-    family = replace(next(iter(FAMILIES.values())), preflight=checked.append)
+    family = replace(next(iter(FAMILIES.values())), open_checkpoint=checked.append)
     monkeypatch.setitem(FAMILIES, family.name, family)
     monkeypatch.chdir(tmp_path)
     env = checkpoint_env([family.name], {family.name: "ckpt"}, {})
@@ -112,7 +112,7 @@ def test_help_documents_every_option():
 
 
 def test_model_load_progress_is_reported_per_model_with_the_failure_reason():
-    from tritontts.tritonserver import TritonServer
+    from tritontts.deploy.tritonserver import TritonServer
 
     class Index:
         def __init__(self):
@@ -139,7 +139,7 @@ def test_engine_arg_reaches_the_talker_stage_over_its_model_json(monkeypatch):
     """--engine-arg STAGE.KEY=VALUE: parsed (JSON values typed), grouped per stage into
     tritonserver's environment, and merged over model.json's engine_args by the stage."""
     from frontend.__main__ import engine_arg, engine_args_env
-    from tritontts.vllm_talker import engine_arg_overrides
+    from tritontts.engine.vllm_talker import engine_arg_overrides
 
     given = [engine_arg("fish_s2_pro_talker.dtype=bfloat16"),
              engine_arg("fish_s2_pro_talker.kv_cache_memory_bytes=1073741824"),

@@ -1,4 +1,4 @@
-"""Gepard-1.0's checkpoint reader (tritontts.gepard.checkpoint) on the generator's tiny
+"""Gepard-1.0's checkpoint reader (tritontts.families.gepard.checkpoint) on the generator's tiny
 layout: it opens, and each missing or malformed piece stops it with an error naming the
 file and the field."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from tritontts.checkpoint import CheckpointError
-from tritontts.gepard.checkpoint import open_checkpoint
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.families.gepard.checkpoint import open_checkpoint
 
 
 @pytest.fixture(scope="module")

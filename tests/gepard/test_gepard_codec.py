@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tritontts.checkpoint import CheckpointError
-from tritontts.gepard.codec import (CONFIG_MEMBER, WEIGHTS_MEMBER, NanoCodecConfig, NanoCodecDecoder,
-                                    fold_weight_norm, nemo_model_config, read_nemo_codec,
-                                    read_nemo_config, write_random_nemo_codec)
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.families.gepard.codec import (
+    CONFIG_MEMBER, WEIGHTS_MEMBER, NanoCodecConfig, NanoCodecDecoder, fold_weight_norm,
+    nemo_model_config, read_nemo_codec, read_nemo_config, write_random_nemo_codec)
 from tritontts.testing.references import vllm_omni_module
 
 

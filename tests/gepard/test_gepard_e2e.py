@@ -19,9 +19,9 @@ HOP = 1024
 
 
 def in_process_audio(root, text: str, seed: int, frames: int) -> np.ndarray:
-    from tritontts.gepard.checkpoint import open_checkpoint
-    from tritontts.gepard.codec import NanoCodecDecoder
-    from tritontts.gepard.prompt import GepardPromptBuilder
+    from tritontts.families.gepard.checkpoint import open_checkpoint
+    from tritontts.families.gepard.codec import NanoCodecDecoder
+    from tritontts.families.gepard.prompt import GepardPromptBuilder
     from tritontts.testing.references import gepard_reference_frames, gepard_reference_talker
 
     ckpt = open_checkpoint(root)

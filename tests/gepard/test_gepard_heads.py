@@ -1,4 +1,4 @@
-"""Gepard's audio heads and prompt layout (tritontts.gepard.heads / .prompt) against vLLM-Omni
+"""Gepard's audio heads and prompt layout (tritontts.families.gepard.heads / .prompt) against vLLM-Omni
 0.30's Gepard modules on the same random weights, fp32: the frame drawn from a hidden state
 with a seeded generator (32 Gumbel-max codes at the sidecar's temperature, the stop verdict),
 the next step's input embedding, and the prompt ids for short (repeated) and long texts."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tritontts.gepard.checkpoint import open_checkpoint
-from tritontts.gepard.heads import GepardHeads, heads_state
-from tritontts.gepard.prompt import GepardPromptBuilder, prompt_ids
+from tritontts.families.gepard.checkpoint import open_checkpoint
+from tritontts.families.gepard.heads import GepardHeads, heads_state
+from tritontts.families.gepard.prompt import GepardPromptBuilder, prompt_ids
 from tritontts.testing.references import GEPARD_STAND_INS, gepard_reference_talker, vllm_omni_module
 
 

@@ -10,8 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from tritontts.gepard.checkpoint import open_checkpoint
-from tritontts.stage import Inputs, InvalidRequest, StageContext
+from tritontts.families.gepard.checkpoint import open_checkpoint
+from tritontts.serving.stage import Inputs, StageContext
+from tritontts.protocol import InvalidRequest
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +22,7 @@ def checkpoint(random_checkpoints):
 
 @pytest.fixture(scope="module")
 def codec_stage(checkpoint):
-    from tritontts.gepard.stages import GepardCodecStage
+    from tritontts.families.gepard.stages import GepardCodecStage
 
     return GepardCodecStage(StageContext("gepard_codec", checkpoint.root), checkpoint)
 
@@ -32,8 +33,8 @@ def request(text: str, voice: str = "default", **params) -> Inputs:
 
 
 def test_prompt_stage_lays_out_the_ids_with_the_frame_budget_and_seed(checkpoint):
-    from tritontts.gepard.prompt import GepardPromptBuilder
-    from tritontts.gepard.stages import GepardPromptStage
+    from tritontts.families.gepard.prompt import GepardPromptBuilder
+    from tritontts.families.gepard.stages import GepardPromptStage
 
     stage = GepardPromptStage(StageContext("gepard_prompt", checkpoint.root), checkpoint)
     out = stage.run(request("Hello there.", max_new_tokens=33, seed=7))

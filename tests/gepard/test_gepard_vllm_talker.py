@@ -1,4 +1,4 @@
-"""Gepard's talker on vLLM (tritontts.gepard.vllm_model: vLLM's Qwen3.5 layers with our fp32
+"""Gepard's talker on vLLM (tritontts.families.gepard.vllm_model: vLLM's Qwen3.5 layers with our fp32
 gated-delta core, the heads drawing each frame in compute_logits) against the references on
 the same tiny checkpoint, fp32: transformers' Qwen3_5ForCausalLM (its own cache and torch
 Gated-DeltaNet) with vLLM-Omni 0.30's Gepard heads (tritontts.testing.references)."""
@@ -9,9 +9,9 @@ import gc
 import pytest
 import torch
 
-from tritontts.gepard.checkpoint import open_checkpoint
-from tritontts.gepard.prompt import GepardPromptBuilder
-from tritontts.gepard.random_checkpoint import write_random_checkpoint
+from tritontts.families.gepard.checkpoint import open_checkpoint
+from tritontts.families.gepard.prompt import GepardPromptBuilder
+from tritontts.families.gepard.random_checkpoint import write_random_checkpoint
 from tritontts.testing.engine import close_engine, frames_engine
 from tritontts.testing.references import gepard_reference_frames, gepard_reference_talker
 
@@ -22,7 +22,8 @@ TEXTS = ("Hello there, how are you today?", "One more.",
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    from tritontts.gepard.vllm_model import GepardTalkerForVllm, prepare_vllm_talker, register
+    from tritontts.families.gepard.vllm_model import (
+        GepardTalkerForVllm, prepare_vllm_talker, register)
 
     from safetensors.torch import load_file, save_file
 
@@ -54,8 +55,8 @@ def engine(tmp_path_factory):
 def run_vllm(checkpoint, llm, prompts, seeds, max_frames=MAX_FRAMES):
     from vllm import SamplingParams, TokensPrompt
 
-    from tritontts.gepard.vllm_model import STOP, GepardStream
-    from tritontts.vllm_frames import FRAMES_ARG, register, release
+    from tritontts.families.gepard.vllm_model import STOP, GepardStream
+    from tritontts.engine.vllm_frames import FRAMES_ARG, register, release
 
     streams, params = [], []
     for k, (ids, seed) in enumerate(zip(prompts, seeds)):
@@ -95,7 +96,7 @@ def test_vllm_frames_equal_the_reference_loop_for_batched_requests_stopped_eithe
 def teacher_forced_hidden(backbone, omni, c, ids, stream, positions: int) -> torch.Tensor:
     """transformers' last hidden states over the prompt and the stream's frames, at the
     positions its first `positions` frames were drawn from."""
-    from tritontts.gepard.vllm_model import STOP
+    from tritontts.families.gepard.vllm_model import STOP
 
     t = torch.tensor(ids)
     embeds = backbone.model.embed_tokens(t)
@@ -129,7 +130,7 @@ def test_vllm_backbone_hidden_states_match_transformers_within_1e4_and_a_perturb
 def test_a_prompt_prefilled_in_chunks_gives_the_frames_of_one_prefill(tmp_path_factory):
     """vLLM splits a long prompt over steps (max_num_batched_tokens): the Gated-DeltaNet's
     conv history and recurrent state carry from chunk to chunk through the hybrid cache."""
-    from tritontts.gepard.vllm_model import prepare_vllm_talker, register
+    from tritontts.families.gepard.vllm_model import prepare_vllm_talker, register
 
     checkpoint = open_checkpoint(write_random_checkpoint(tmp_path_factory.mktemp("gepard") / "chunked", seed=6))
     register()
@@ -151,7 +152,8 @@ def test_a_prompt_prefilled_in_chunks_gives_the_frames_of_one_prefill(tmp_path_f
 def test_a_bfloat16_engine_runs_vllms_own_gated_delta_kernels_within_bf16_rounding(tmp_path_factory):
     """In bfloat16 the Gated-DeltaNet layers run vLLM's CPU kernels (AMX / AVX-512), not our
     fp32 core: the hidden states stay within bf16 rounding of transformers' fp32 ones."""
-    from tritontts.gepard.vllm_model import GepardTalkerForVllm, prepare_vllm_talker, register
+    from tritontts.families.gepard.vllm_model import (
+        GepardTalkerForVllm, prepare_vllm_talker, register)
 
     checkpoint = open_checkpoint(write_random_checkpoint(tmp_path_factory.mktemp("gepard") / "bf16", seed=7))
     c = checkpoint.config

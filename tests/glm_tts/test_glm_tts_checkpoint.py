@@ -10,10 +10,10 @@ import shutil
 import numpy as np
 import pytest
 
-from tritontts.checkpoint import CheckpointError
-from tritontts.glm_tts.checkpoint import REQUIRED_FILES, open_checkpoint
-from tritontts.glm_tts.request import parse_glm_tts_params
-from tritontts.stage import InvalidRequest
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.families.glm_tts.checkpoint import REQUIRED_FILES, open_checkpoint
+from tritontts.families.glm_tts.request import parse_glm_tts_params
+from tritontts.protocol import InvalidRequest
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +73,9 @@ def test_yaml_tags_are_recorded_not_executed(copy):
 def test_a_vocos2d_checkpoint_is_served_at_32_khz(copy):
     from pathlib import Path
 
-    from tritontts.glm_tts.stages import GLMTTSVocoderStage
-    from tritontts.glm_tts.vocoder import write_random_vocos2d
-    from tritontts.stage import Inputs, StageContext
+    from tritontts.families.glm_tts.stages import GLMTTSVocoderStage
+    from tritontts.families.glm_tts.vocoder import write_random_vocos2d
+    from tritontts.serving.stage import Inputs, StageContext
 
     shutil.rmtree(copy / "hift")
     (copy / "vocos2d").mkdir()

@@ -32,10 +32,10 @@ def speak(http, **body):
 
 def in_process_chunks(checkpoint_dir: Path, text: str, params: dict) -> list[np.ndarray]:
     """The four stages in this process, each chunk handed on as the ensemble does."""
-    from tritontts.glm_tts.checkpoint import open_checkpoint
-    from tritontts.glm_tts.stages import (GLMTTSFlowStage, GLMTTSPromptStage, GLMTTSTalkerStage,
-                                          GLMTTSVocoderStage)
-    from tritontts.stage import Inputs, StageContext
+    from tritontts.families.glm_tts.checkpoint import open_checkpoint
+    from tritontts.families.glm_tts.stages import (
+        GLMTTSFlowStage, GLMTTSPromptStage, GLMTTSTalkerStage, GLMTTSVocoderStage)
+    from tritontts.serving.stage import Inputs, StageContext
 
     ckpt = open_checkpoint(checkpoint_dir)
     context = lambda name: StageContext(name=name, model_dir=Path("model_repository") / name)  # noqa: E731

@@ -1,4 +1,4 @@
-"""GLM-TTS flow (tritontts.glm_tts.flow) against vLLM-Omni 0.30's GLM-TTS DiT and its Euler
+"""GLM-TTS flow (tritontts.families.glm_tts.flow) against vLLM-Omni 0.30's GLM-TTS DiT and its Euler
 sampler (`GLMTTSDiTForGeneration._do_sample`), on the same random weights, fp32.
 
 vLLM-Omni hard-codes the released sizes in its wrapper (a 100000 x 512 token table among
@@ -14,9 +14,10 @@ import types
 import pytest
 import torch
 
-from tritontts.checkpoint import CheckpointError
-from tritontts.glm_tts.flow import (FlowCache, GLMTTSDiT, GLMTTSFlow, block_attention_mask,
-                                    build_flow, flow_state_dict, frame_noise)
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.families.glm_tts.flow import (
+    FlowCache, GLMTTSDiT, GLMTTSFlow, block_attention_mask, build_flow, flow_state_dict,
+    frame_noise)
 from tritontts.testing.references import glm_tts_dit_stand_ins, vllm_omni_module
 
 TINY = dict(dim=128, depth=2, heads=2, ff_mult=2, vocab=300, token_dim=32, conv_layers=2,

@@ -1,4 +1,4 @@
-"""GLM-TTS's speech tokenizer (tritontts.glm_tts.speech_tokenizer) on tiny random checkpoints,
+"""GLM-TTS's speech tokenizer (tritontts.families.glm_tts.speech_tokenizer) on tiny random checkpoints,
 CPU only, against three references:
 
 - transformers' WhisperFeatureExtractor, as upstream calls it: the log-mel features and the
@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 import torch
 
-from tritontts.checkpoint import CheckpointError
-from tritontts.glm_tts.speech_tokenizer import (
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.families.glm_tts.speech_tokenizer import (
     PREFIX, WhisperVQEncoder, WhisperVQSpeechTokenizer, checkpoint_shapes, parse_config,
     random_speech_tokenizer_config, write_random_speech_tokenizer)
 from tritontts.testing.references import vllm_omni_module

@@ -1,4 +1,4 @@
-"""GLM-TTS streaming through the flow and vocoder stages (tritontts.glm_tts.stages), chunk by
+"""GLM-TTS streaming through the flow and vocoder stages (tritontts.families.glm_tts.stages), chunk by
 chunk as the ensemble hands them on, on the tiny random checkpoint.
 
 Reference: vLLM-Omni 0.30's implementation of upstream's Token2Wav.token2wav_stream. Its
@@ -30,13 +30,14 @@ import pytest
 import torch
 import yaml
 
-from tritontts.glm_tts.checkpoint import open_checkpoint
-from tritontts.glm_tts.flow import frame_noise
-from tritontts.glm_tts.random_checkpoint import SIZES
-from tritontts.glm_tts.stages import FADE_SECONDS, GLMTTSFlowStage, GLMTTSVocoderStage
-from tritontts.glm_tts.talker import BLOCK_SIZES, Chunker
-from tritontts.glm_tts.vocoder import load_hift
-from tritontts.stage import AUDIO, Inputs, StageContext
+from tritontts.families.glm_tts.checkpoint import open_checkpoint
+from tritontts.families.glm_tts.flow import frame_noise
+from tritontts.families.glm_tts.random_checkpoint import SIZES
+from tritontts.families.glm_tts.stages import FADE_SECONDS, GLMTTSFlowStage, GLMTTSVocoderStage
+from tritontts.families.glm_tts.talker import BLOCK_SIZES, Chunker
+from tritontts.families.glm_tts.vocoder import load_hift
+from tritontts.protocol import AUDIO
+from tritontts.serving.stage import Inputs, StageContext
 from tritontts.testing.references import glm_tts_dit_stand_ins, vllm_omni_module
 
 pytestmark = pytest.mark.usefixtures("torch_two_threads")

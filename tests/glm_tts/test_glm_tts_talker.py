@@ -22,11 +22,12 @@ import shutil
 import pytest
 import torch
 
-from tritontts.checkpoint import CheckpointError
-from tritontts.glm_tts.checkpoint import TOKENIZER_DIR
-from tritontts.glm_tts.talker import RAS_DEFAULTS, Chunker, History, segment_prompt, token_bounds
-from tritontts.glm_tts.tokenizer import AUDIO_TOKENS, GLMTextTokenizer
-from tritontts.ras import ras_distribution, ras_extra_args
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.families.glm_tts.checkpoint import TOKENIZER_DIR
+from tritontts.families.glm_tts.talker import (
+    RAS_DEFAULTS, Chunker, History, segment_prompt, token_bounds)
+from tritontts.families.glm_tts.tokenizer import AUDIO_TOKENS, GLMTextTokenizer
+from tritontts.nn.ras import ras_distribution, ras_extra_args
 
 # Upstream's constants, restated (not imported) so a change to ours shows up as a failure.
 UPSTREAM_MAX_PROMPT_SPEECH = 750
@@ -306,7 +307,7 @@ def _processor_rows(tok, vocab):
     from vllm import SamplingParams
     from vllm.v1.sample.logits_processor import BatchUpdate
 
-    from tritontts.vllm_ras import RasLogitsProcessor
+    from tritontts.engine.vllm_ras import RasLogitsProcessor
 
     ids = tok.ids
     proc = RasLogitsProcessor(None, torch.device("cpu"), False)
@@ -443,7 +444,7 @@ def _glm_prompts(tok):
 @pytest.fixture(scope="module")
 def llm(ckpt):
     from tritontts.testing.engine import close_engine, in_process_llm
-    from tritontts.vllm_ras import RAS_LOGITS_PROCESSOR
+    from tritontts.engine.vllm_ras import RAS_LOGITS_PROCESSOR
 
     # In-process core and a fixed 64 MiB KV cache, as other talker tests (in_process_llm).
     engine = in_process_llm(ckpt / "llm", 64 * 2**20, skip_tokenizer_init=True, dtype="float32",
@@ -547,7 +548,7 @@ def _talk(llm, tok, seed, text=SPOKEN):
     ids one step at a time, as AsyncLLM does."""
     from vllm import TokensPrompt
 
-    from tritontts.glm_tts.stages import GLMTTSTalkerStage
+    from tritontts.families.glm_tts.stages import GLMTTSTalkerStage
 
     stage = object.__new__(GLMTTSTalkerStage)
     stage.ids, stage.max_model_len = tok.ids, 1024

@@ -1,6 +1,6 @@
-"""GLM-TTS vocoders (tritontts.glm_tts.vocoder) on random weights, CPU only.
+"""GLM-TTS vocoders (tritontts.families.glm_tts.vocoder) on random weights, CPU only.
 
-The non-causal HiFT (tritontts.hift, causal=False) against vLLM-Omni 0.30's GLM-TTS vocoder
+The non-causal HiFT (tritontts.nn.hift, causal=False) against vLLM-Omni 0.30's GLM-TTS vocoder
 (cosyvoice3 code2wav_core HiFTGenerator + glm_tts ConvRNNF0Predictor) on the same weights,
 at the tiny and the released width, with our fixed noise given to theirs; hift.pt loading
 and its errors; the TorchScript Vocos2D path on a stand-in module.
@@ -13,11 +13,11 @@ from unittest import mock
 import pytest
 import torch
 
-from tritontts.checkpoint import CheckpointError
-from tritontts.glm_tts.vocoder import (
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.families.glm_tts.vocoder import (
     GLM_HIFT_CONFIG, HIFT_CONFIGS, MEL_LOGDIFF, Vocoder, load_hift, load_vocos2d,
     write_random_hift, write_random_vocos2d)
-from tritontts.hift import HiFTGenerator, spectrum_graph
+from tritontts.nn.hift import HiFTGenerator, spectrum_graph
 
 SAMPLES_PER_FRAME = 480
 TOLERANCE = 1e-4
@@ -192,7 +192,7 @@ def test_noise_is_fixed_gaussian_and_a_longer_rerun_keeps_the_earlier_excitation
 
 def test_non_causal_spectrum_runs_on_onnxruntime_like_torch(hift_paths, tmp_path):
     pytest.importorskip("onnxruntime")
-    from tritontts.runtime import OnnxRuntimeRunner, select_runner
+    from tritontts.nn.runtime import OnnxRuntimeRunner, select_runner
 
     model = load_hift(hift_paths["tiny"])
     graph = spectrum_graph(model, max_frames=400)

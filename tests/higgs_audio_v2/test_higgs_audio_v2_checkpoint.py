@@ -11,10 +11,10 @@ import shutil
 import pytest
 from safetensors.torch import load_file, save_file
 
-from tritontts.checkpoint import CheckpointError
+from tritontts.weights.checkpoint import CheckpointError
 from tritontts.families import FAMILIES
-from tritontts.higgs_audio_v2.checkpoint import (REQUIRED_FILES, WEIGHTS_FILE, WEIGHTS_INDEX_FILE,
-                                                 canonical_name, open_checkpoint)
+from tritontts.families.higgs_audio_v2.checkpoint import (
+    REQUIRED_FILES, WEIGHTS_FILE, WEIGHTS_INDEX_FILE, canonical_name, open_checkpoint)
 
 
 @pytest.fixture()
@@ -79,11 +79,11 @@ def test_a_missing_file_is_named(copy, name):
     with pytest.raises(CheckpointError, match=name.split("/")[-1]):
         open_checkpoint(copy)
     with pytest.raises(CheckpointError, match=name.split("/")[-1]):
-        FAMILIES["higgs_audio_v2"].preflight(copy)
+        FAMILIES["higgs_audio_v2"].open_checkpoint(copy)
 
 
 def test_a_codec_folder_without_weights_is_named_and_the_legacy_codec_layout_opens(copy):
-    from tritontts.higgs_codec import write_legacy_codec
+    from tritontts.nn.higgs_codec import write_legacy_codec
 
     (copy / "audio_tokenizer" / "model.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"audio_tokenizer: no codec weights \(model.safetensors or model.pth\)"):
@@ -127,7 +127,7 @@ def test_a_malformed_config_field_is_named(copy, edit, needle):
 
 
 def test_a_tokenizer_whose_audio_token_is_not_the_configs_is_named(copy):
-    from tritontts.higgs_audio_v2.prompt import TextTokenizer
+    from tritontts.families.higgs_audio_v2.prompt import TextTokenizer
 
     config = json.loads((copy / "config.json").read_text())
     config["audio_token_id"] = config["audio_token_id"] - 1

@@ -34,11 +34,11 @@ def reference_audio(checkpoint_dir, text, seed, frames, ref_audio=None, ref_text
     checkpoint's sampling and this seed, the processor's delay undoing, transformers' codec."""
     from transformers import HiggsAudioV2ForConditionalGeneration, HiggsAudioV2Processor
 
-    from tritontts.higgs_audio_v2.checkpoint import open_checkpoint
-    from tritontts.higgs_audio_v2.request import parse_higgs_audio_v2_params
-    from tritontts.higgs_audio_v2.stages import HiggsAudioV2PromptStage
-    from tritontts.higgs_codec import _tokenizer_classes
-    from tritontts.stage import StageContext
+    from tritontts.families.higgs_audio_v2.checkpoint import open_checkpoint
+    from tritontts.families.higgs_audio_v2.request import parse_higgs_audio_v2_params
+    from tritontts.families.higgs_audio_v2.stages import HiggsAudioV2PromptStage
+    from tritontts.nn.higgs_codec import _tokenizer_classes
+    from tritontts.serving.stage import StageContext
 
     ckpt = open_checkpoint(checkpoint_dir)
     g = ckpt.generation

@@ -16,10 +16,10 @@ import soundfile as sf
 import torch
 
 from tritontts.family import synthetic_reference
-from tritontts.higgs_audio_v2.checkpoint import open_checkpoint
-from tritontts.higgs_audio_v2.prompt import apply_delay, reference_steps, undo_delay
-from tritontts.higgs_audio_v2.request import parse_higgs_audio_v2_params
-from tritontts.stage import InvalidRequest
+from tritontts.families.higgs_audio_v2.checkpoint import open_checkpoint
+from tritontts.families.higgs_audio_v2.prompt import apply_delay, reference_steps, undo_delay
+from tritontts.families.higgs_audio_v2.request import parse_higgs_audio_v2_params
+from tritontts.protocol import InvalidRequest
 
 TEXT = "The birch canoe slid on the smooth planks."
 REF = synthetic_reference()
@@ -35,8 +35,8 @@ def checkpoint(random_checkpoints):
 
 @pytest.fixture(scope="module")
 def prompt_stage(checkpoint):
-    from tritontts.higgs_audio_v2.stages import HiggsAudioV2PromptStage
-    from tritontts.stage import StageContext
+    from tritontts.families.higgs_audio_v2.stages import HiggsAudioV2PromptStage
+    from tritontts.serving.stage import StageContext
 
     return HiggsAudioV2PromptStage(StageContext("higgs_audio_v2_prompt", checkpoint.root), checkpoint)
 
@@ -45,7 +45,7 @@ def prompt_stage(checkpoint):
 def processor(checkpoint):
     from transformers import DacFeatureExtractor, HiggsAudioV2Processor, PreTrainedTokenizerFast
 
-    from tritontts.higgs_codec import _tokenizer_classes
+    from tritontts.nn.higgs_codec import _tokenizer_classes
 
     # transformers' own HiggsAudioV2TokenizerModel, imported with our torchaudio stand-in
     # (torchaudio is absent here; tests/test_higgs_codec.py checks the stand-in). The

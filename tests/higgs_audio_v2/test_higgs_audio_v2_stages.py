@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from tritontts.higgs_audio_v2.checkpoint import open_checkpoint
-from tritontts.higgs_audio_v2.talker import audio_frames, frame_codes
-from tritontts.stage import IS_FINAL, Inputs, StageContext
+from tritontts.families.higgs_audio_v2.checkpoint import open_checkpoint
+from tritontts.families.higgs_audio_v2.talker import audio_frames, frame_codes
+from tritontts.protocol import IS_FINAL
+from tritontts.serving.stage import Inputs, StageContext
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ class StandInEngine:
         self.steps, self.eos = steps, eos
 
     async def generate(self, prompt_ids, params, key, cancelled):
-        from tritontts.vllm_frames import lookup
+        from tritontts.engine.vllm_frames import lookup
 
         stream = lookup(key)
         tokens = []
@@ -55,7 +56,8 @@ class StandInEngine:
 
 
 def talker_stage(checkpoint, steps):
-    from tritontts.higgs_audio_v2.stages import HiggsAudioV2TalkerStage, codec_context_frames
+    from tritontts.families.higgs_audio_v2.stages import (
+        HiggsAudioV2TalkerStage, codec_context_frames)
 
     stage = object.__new__(HiggsAudioV2TalkerStage)      # no engine: the stand-in replaces it
     stage.checkpoint, stage.max_model_len, stage.max_frames = checkpoint, 2048, 1500
@@ -99,8 +101,8 @@ def test_chunks_cover_every_frame_once_with_codec_context_and_only_the_last_is_f
 
 
 def test_decoder_stage_turns_the_chunks_into_the_whole_utterance_decoded_at_once(checkpoint):
-    from tritontts.higgs_audio_v2.stages import HiggsAudioV2DecoderStage
-    from tritontts.higgs_codec import load_codec_decoder
+    from tritontts.families.higgs_audio_v2.stages import HiggsAudioV2DecoderStage
+    from tritontts.nn.higgs_codec import load_codec_decoder
 
     steps = random_steps(60, True, seed=3)
     chunks = run_talker(talker_stage(checkpoint, steps))

@@ -1,4 +1,4 @@
-"""The higgs-audio v2 talker on vLLM (tritontts.higgs_audio_v2.vllm_model: DualFFN layers,
+"""The higgs-audio v2 talker on vLLM (tritontts.families.higgs_audio_v2.vllm_model: DualFFN layers,
 summed codebook embeddings, the 8 codebooks sampled inside each step under the delay
 pattern) against transformers' own HiggsAudioV2ForConditionalGeneration.generate on the same
 tiny random checkpoint, fp32: every step of several requests generated together
@@ -16,9 +16,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tritontts.higgs_audio_v2.checkpoint import AUDIO_HEAD, WEIGHTS_FILE, open_checkpoint
-from tritontts.higgs_audio_v2.prompt import TextTokenizer, build_prompt, reference_steps
-from tritontts.higgs_audio_v2.talker import AudioCodeSampler, AudioSampling, audio_frames, frame_codes
+from tritontts.families.higgs_audio_v2.checkpoint import AUDIO_HEAD, WEIGHTS_FILE, open_checkpoint
+from tritontts.families.higgs_audio_v2.prompt import TextTokenizer, build_prompt, reference_steps
+from tritontts.families.higgs_audio_v2.talker import (
+    AudioCodeSampler, AudioSampling, audio_frames, frame_codes)
 from tritontts.testing.engine import close_engine, frames_engine, run_releasing_one
 
 TEXTS = ["Hello there, how are you today?", "One more.", "The birch canoe slid on the smooth planks."]
@@ -77,7 +78,7 @@ def reference_generate(model, ids, ref, sampling: AudioSampling, seed: int, step
 
 
 def make_engine(checkpoint, cache):
-    from tritontts.higgs_audio_v2.vllm_model import prepare_vllm_talker, register
+    from tritontts.families.higgs_audio_v2.vllm_model import prepare_vllm_talker, register
 
     register()
     return frames_engine(prepare_vllm_talker(checkpoint, cache), 128 * 2**20)
@@ -96,8 +97,8 @@ def vllm_generate(llm, checkpoint, requests, sampling: AudioSampling, seeds, ste
     """Our talker on vLLM, all requests submitted together: (steps [n, 8], tokens) each."""
     from vllm import SamplingParams, TokensPrompt
 
-    from tritontts.higgs_audio_v2.vllm_model import AudioStream
-    from tritontts.vllm_frames import FRAMES_ARG, register, release
+    from tritontts.families.higgs_audio_v2.vllm_model import AudioStream
+    from tritontts.engine.vllm_frames import FRAMES_ARG, register, release
 
     cfg = checkpoint.config
     inputs, params, keys = [], [], []
@@ -167,8 +168,8 @@ def test_a_stream_released_while_its_row_is_still_scheduled_does_not_fail_the_ot
     (a KeyError there once failed every request in the step: a 500 for the next client)."""
     from vllm import SamplingParams, TokensPrompt
 
-    from tritontts.higgs_audio_v2.vllm_model import AudioStream
-    from tritontts.vllm_frames import FRAMES_ARG, register, release
+    from tritontts.families.higgs_audio_v2.vllm_model import AudioStream
+    from tritontts.engine.vllm_frames import FRAMES_ARG, register, release
 
     cfg = checkpoint.config
     requests = prompts(checkpoint, ref_steps)

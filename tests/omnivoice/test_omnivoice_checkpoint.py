@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from tritontts.checkpoint import CheckpointError
+from tritontts.weights.checkpoint import CheckpointError
 from tritontts.families import FAMILIES
-from tritontts.omnivoice.checkpoint import REQUIRED_FILES, open_checkpoint
+from tritontts.families.omnivoice.checkpoint import REQUIRED_FILES, open_checkpoint
 
 
 @pytest.fixture()
@@ -35,7 +35,7 @@ def test_a_missing_file_is_named(copy, name):
     with pytest.raises(CheckpointError, match=name.split("/")[-1]):
         open_checkpoint(copy)
     with pytest.raises(CheckpointError, match=name.split("/")[-1]):
-        FAMILIES["omnivoice"].preflight(copy)
+        FAMILIES["omnivoice"].open_checkpoint(copy)
 
 
 @pytest.mark.parametrize("edit,needle", [

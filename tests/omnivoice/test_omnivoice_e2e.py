@@ -35,12 +35,13 @@ def speak(http, text=TWO_SEGMENTS, **body):
 
 def offline(checkpoint_dir, text, params, seed):
     """The three stages' Triton-free code run in this process, segment by segment."""
-    from tritontts.omnivoice.checkpoint import open_checkpoint
-    from tritontts.omnivoice.request import parse_omnivoice_params
-    from tritontts.omnivoice.stages import OmniVoicePromptStage, shape_output
-    from tritontts.omnivoice.generator import UnmaskJob, UnmaskSettings, load_generator, unmask
-    from tritontts.higgs_codec import load_codec_decoder
-    from tritontts.stage import StageContext
+    from tritontts.families.omnivoice.checkpoint import open_checkpoint
+    from tritontts.families.omnivoice.request import parse_omnivoice_params
+    from tritontts.families.omnivoice.stages import OmniVoicePromptStage, shape_output
+    from tritontts.families.omnivoice.generator import (
+        UnmaskJob, UnmaskSettings, load_generator, unmask)
+    from tritontts.nn.higgs_codec import load_codec_decoder
+    from tritontts.serving.stage import StageContext
 
     ckpt = open_checkpoint(checkpoint_dir)
     prompt = OmniVoicePromptStage(StageContext("omnivoice_prompt", checkpoint_dir), ckpt)

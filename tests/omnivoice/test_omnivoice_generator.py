@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from tritontts.omnivoice.checkpoint import open_checkpoint
-from tritontts.omnivoice.generator import UnmaskJob, UnmaskSettings, load_generator, unmask, unmask_schedule
-from tritontts.omnivoice.prompt import TextTokenizer, build_sequence
-from tritontts.omnivoice.text import resolve_instructions
+from tritontts.families.omnivoice.checkpoint import open_checkpoint
+from tritontts.families.omnivoice.generator import (
+    UnmaskJob, UnmaskSettings, load_generator, unmask, unmask_schedule)
+from tritontts.families.omnivoice.prompt import TextTokenizer, build_sequence
+from tritontts.families.omnivoice.text import resolve_instructions
 from tritontts.testing.references import omnivoice_module
 
 TOLERANCE = 1e-4
@@ -149,7 +150,7 @@ def test_batched_jobs_give_each_job_its_single_codes(checkpoint, tokenizer, ours
     """Packing keeps sequences apart and each job draws its own noise: a request's codes do
     not depend on what it was batched with (guidance on and off, other lengths; rows small
     enough that the batch spans several rows, with padding)."""
-    import tritontts.omnivoice.generator as generator
+    import tritontts.families.omnivoice.generator as generator
 
     monkeypatch.setattr(generator, "ROW_TOKENS", 64)
     case, ref_codes = _case("clone")
@@ -182,8 +183,8 @@ def test_the_step_network_on_onnxruntime_matches_pytorch_and_gives_the_same_code
     """The generator's step exported (build/export.py, a GPU profile's TensorRT) computes
     the same logits, and with them the same codes."""
     pytest.importorskip("onnxruntime")
-    from tritontts.omnivoice.generator import logits_graph
-    from tritontts.runtime import compare, select_runner
+    from tritontts.families.omnivoice.generator import logits_graph
+    from tritontts.nn.runtime import compare, select_runner
 
     monkeypatch.setenv("TRITONTTS_CACHE", str(tmp_path))
     graph = logits_graph(ours, max_rows=4, max_tokens=1024)

@@ -39,9 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tritontts.omnivoice.checkpoint import open_checkpoint
-from tritontts.omnivoice.generator import UnmaskJob, UnmaskSettings, load_generator, unmask
-from tritontts.omnivoice.prompt import TextTokenizer, build_sequence
+from tritontts.families.omnivoice.checkpoint import open_checkpoint
+from tritontts.families.omnivoice.generator import UnmaskJob, UnmaskSettings, load_generator, unmask
+from tritontts.families.omnivoice.prompt import TextTokenizer, build_sequence
 from tritontts.testing.references import vllm_omni_module
 
 TOLERANCE = 1e-4

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tritontts.omnivoice.stages as stages
-from tritontts.omnivoice.checkpoint import open_checkpoint
-from tritontts.omnivoice.request import parse_omnivoice_params
-from tritontts.stage import CHUNK_INDEX, IS_FINAL, STREAM_ID, Inputs, StageContext
+import tritontts.families.omnivoice.stages as stages
+from tritontts.families.omnivoice.checkpoint import open_checkpoint
+from tritontts.families.omnivoice.request import parse_omnivoice_params
+from tritontts.protocol import CHUNK_INDEX, IS_FINAL, STREAM_ID
+from tritontts.serving.stage import Inputs, StageContext
 
 TWO = ("The birch canoe slid on the smooth planks of the old wooden dock. "
        "Glue the sheet to the dark blue background before the paint dries.")
@@ -56,7 +57,7 @@ def test_later_segments_of_an_automatic_voice_hold_the_first_segments_place(prom
 
 
 def test_a_first_segment_is_answered_before_the_segments_that_clone_it_run(prompt, generator, monkeypatch):
-    from tritontts.omnivoice import generator as model_code
+    from tritontts.families.omnivoice import generator as model_code
 
     events, real = [], model_code.unmask
 

@@ -1,4 +1,4 @@
-"""OmniVoice's text-side rules (tritontts.omnivoice.duration and .text) against the references:
+"""OmniVoice's text-side rules (tritontts.families.omnivoice.duration and .text) against the references:
 omnivoice 0.2.1 (OmniVoice's private helpers, called with a stand-in `self`) and vLLM-Omni
 0.30's copy of the duration estimator. No model and no Triton: a tiny byte-level BPE
 tokenizer in Qwen2's layout, with OmniVoice's control tokens, stands in for the checkpoint's.
@@ -11,12 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from tritontts.omnivoice import text as ovtext
-from tritontts.omnivoice.duration import char_weight, estimate_frames, text_weight
-from tritontts.omnivoice.text import (
+from tritontts.families.omnivoice import text as ovtext
+from tritontts.families.omnivoice.duration import char_weight, estimate_frames, text_weight
+from tritontts.families.omnivoice.text import (
     add_punctuation, combine_text, languages, prompt_token_ids, resolve_instructions,
     resolve_language, style_text, text_part)
-from tritontts.stage import InvalidRequest
+from tritontts.protocol import InvalidRequest
 from tritontts.testing.references import omnivoice_module, vllm_omni_module
 
 CONTROL_TOKENS = ("<|denoise|>", "<|lang_start|>", "<|lang_end|>", "<|instruct_start|>",

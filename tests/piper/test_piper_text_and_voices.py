@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from tritontts.piper.request import parse_piper_params, scales_for
-from tritontts.piper.voices import load_voice_table
-from tritontts.stage import InvalidRequest, parse_params
+from tritontts.families.piper.request import parse_piper_params, scales_for
+from tritontts.families.piper.voices import load_voice_table
+from tritontts.protocol import InvalidRequest, parse_params
 from tritontts.text import MAX_SENTENCE_CHARS, normalize, split_sentences
 
 

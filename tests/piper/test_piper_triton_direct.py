@@ -48,7 +48,7 @@ def test_served_audio_matches_piper_tts_reference(stack):
     """Same voice, noise off: the ensemble must reproduce piper-tts's PiperVoice.synthesize."""
     from piper import PiperVoice, SynthesisConfig
 
-    from tritontts.piper.voices import load_voice_table
+    from tritontts.families.piper.voices import load_voice_table
 
     sentence = "The birch canoe slid on the smooth planks."
     chunks, error = stream_piper(stack.grpc_url, sentence,
@@ -89,13 +89,13 @@ def batch_counts(client, model: str) -> dict[int, int]:
 
 
 def test_plain_tritonserver_command_serves_the_model_repository(tmp_path):
-    """Users may run tritonserver themselves: `python -m tritontts.tritonserver` is the real
+    """Users may run tritonserver themselves: `python -m tritontts.deploy.tritonserver` is the real
     binary with the environment prepared; the piper ensemble streams from it."""
     from tritontts.testing.stack import REPO, free_port, new_user_environment
 
     grpc_port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tritontts.tritonserver", "--model-repository=model_repository",
+        [sys.executable, "-m", "tritontts.deploy.tritonserver", "--model-repository=model_repository",
          "--model-repository=ensembles", "--model-control-mode=explicit", "--load-model=piper",
          f"--grpc-port={grpc_port}", f"--http-port={free_port()}", f"--metrics-port={free_port()}"],
         cwd=REPO, stdout=open(tmp_path / "triton.log", "wb"), stderr=subprocess.STDOUT,

@@ -12,13 +12,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tritontts.checkpoint import CheckpointError
-from tritontts.qwen3_tts.checkpoint import KINDS, open_checkpoint, parse_config
-from tritontts.qwen3_tts.prompt import TextTokenizer
-from tritontts.qwen3_tts.random_checkpoint import _config, write_random_checkpoint
-from tritontts.qwen3_tts.request import check_task, parse_qwen3_tts_params
-from tritontts.qwen3_tts.talker import Qwen3TTSTalker, load_talker
-from tritontts.stage import InvalidRequest
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.families.qwen3_tts.checkpoint import KINDS, open_checkpoint, parse_config
+from tritontts.families.qwen3_tts.prompt import TextTokenizer
+from tritontts.families.qwen3_tts.random_checkpoint import _config, write_random_checkpoint
+from tritontts.families.qwen3_tts.request import check_task, parse_qwen3_tts_params
+from tritontts.families.qwen3_tts.talker import Qwen3TTSTalker, load_talker
+from tritontts.protocol import InvalidRequest
 from tritontts.testing.references import qwen_tts_module
 
 

@@ -1,4 +1,4 @@
-"""Qwen3-TTS Code2Wav (tritontts.qwen3_tts.code2wav) on a tiny random decoder, CPU, fp32.
+"""Qwen3-TTS Code2Wav (tritontts.families.qwen3_tts.code2wav) on a tiny random decoder, CPU, fp32.
 
 The tiny decoder keeps the released structure and rates (16 codebooks of 2048 entries,
 sliding window 72, attention wider than the residual stream, upsampling 2*2 then 8*5*4*3 =
@@ -16,8 +16,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from tritontts.checkpoint import CheckpointError
-from tritontts.qwen3_tts.code2wav import (
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.families.qwen3_tts.code2wav import (
     Code2WavConfig, Qwen3TTSCode2Wav, decode_chunk, decode_streaming, load_code2wav, plan_chunks)
 
 SAMPLES_PER_FRAME = 1920

@@ -1,4 +1,4 @@
-"""Our Qwen3-TTS code predictor (tritontts.qwen3_tts.talker: CodePredictor, predict_frame,
+"""Our Qwen3-TTS code predictor (tritontts.families.qwen3_tts.talker: CodePredictor, predict_frame,
 greedy) against vLLM-Omni 0.30's (Qwen3TTSTalkerCodePredictorForConditionalGenerationVLLM over
 models/common/qwen3_code_predictor.py's CodePredictorWrapper, as its Qwen3-TTS talker builds and
 loads it) on the same tiny random checkpoint, float32: from the same talker hidden states and
@@ -10,10 +10,10 @@ import json
 import pytest
 import torch
 
-from tritontts.checkpoint import load_strict
-from tritontts.qwen3_tts.checkpoint import CONFIG_FILE, open_checkpoint
-from tritontts.qwen3_tts.random_checkpoint import write_random_checkpoint
-from tritontts.qwen3_tts.talker import CodePredictor, greedy, predict_frame
+from tritontts.weights.checkpoint import load_strict
+from tritontts.families.qwen3_tts.checkpoint import CONFIG_FILE, open_checkpoint
+from tritontts.families.qwen3_tts.random_checkpoint import write_random_checkpoint
+from tritontts.families.qwen3_tts.talker import CodePredictor, greedy, predict_frame
 
 PREDICTOR = "talker.code_predictor."
 ROWS = 3

@@ -1,4 +1,4 @@
-"""Qwen3-TTS Base reference-audio encoders (tritontts.qwen3_tts.speaker_encoder and
+"""Qwen3-TTS Base reference-audio encoders (tritontts.families.qwen3_tts.speaker_encoder and
 .speech_encoder) against the references, on tiny random weights shared with them, fp32, CPU.
 
 The checkpoint is written in the released layout: config.json + model.safetensors (the
@@ -21,12 +21,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tritontts.checkpoint import CheckpointError
-from tritontts.qwen3_tts import speaker_encoder as spk
-from tritontts.qwen3_tts.speaker_encoder import (
+from tritontts.weights.checkpoint import CheckpointError
+from tritontts.families.qwen3_tts import speaker_encoder as spk
+from tritontts.families.qwen3_tts.speaker_encoder import (
     SpeakerEncoder, SpeakerEncoderConfig, load_speaker_encoder, speaker_log_mel)
-from tritontts.qwen3_tts.speech_encoder import SpeechEncoder, SpeechEncoderConfig, load_speech_encoder
-from tritontts.stage import InvalidRequest
+from tritontts.families.qwen3_tts.speech_encoder import (
+    SpeechEncoder, SpeechEncoderConfig, load_speech_encoder)
+from tritontts.protocol import InvalidRequest
 from tritontts.testing.references import qwen_tts_module, vllm_omni_module
 
 SPEAKER_CONFIG = dict(enc_dim=12, enc_channels=[16, 16, 16, 16, 48], enc_kernel_sizes=[5, 3, 3, 3, 1],

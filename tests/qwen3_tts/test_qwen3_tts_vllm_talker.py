@@ -1,4 +1,4 @@
-"""The Qwen3-TTS talker on vLLM (tritontts.qwen3_tts.vllm_model with tritontts.vllm_frames)
+"""The Qwen3-TTS talker on vLLM (tritontts.families.qwen3_tts.vllm_model with tritontts.engine.vllm_frames)
 against our PyTorch talker (itself equal to the reference, test_qwen3_tts_talker.py) on the
 same tiny random checkpoint, fp32, greedy at both levels: every frame of several requests
 generated together (continuous batching, staggered lengths) equals the one-request loop."""
@@ -9,10 +9,10 @@ import gc
 import pytest
 import torch
 
-from tritontts.qwen3_tts.checkpoint import open_checkpoint
-from tritontts.qwen3_tts.prompt import TextTokenizer, custom_voice_prompt
-from tritontts.qwen3_tts.random_checkpoint import write_random_checkpoint
-from tritontts.qwen3_tts.talker import CONTROL_TAIL, REPETITION_PENALTY, load_talker
+from tritontts.families.qwen3_tts.checkpoint import open_checkpoint
+from tritontts.families.qwen3_tts.prompt import TextTokenizer, custom_voice_prompt
+from tritontts.families.qwen3_tts.random_checkpoint import write_random_checkpoint
+from tritontts.families.qwen3_tts.talker import CONTROL_TAIL, REPETITION_PENALTY, load_talker
 from tritontts.testing.engine import close_engine, frames_engine, run_releasing_one
 
 REQUESTS = [("Hello there, how are you today?", "vivian"), ("One more.", "ryan"),
@@ -22,7 +22,7 @@ MAX_FRAMES = 10
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    from tritontts.qwen3_tts.vllm_model import prepare_vllm_talker, register
+    from tritontts.families.qwen3_tts.vllm_model import prepare_vllm_talker, register
 
     root = write_random_checkpoint(tmp_path_factory.mktemp("qwen3-tts"), kind="custom_voice")
     checkpoint = open_checkpoint(root)
@@ -44,7 +44,7 @@ def prompts(checkpoint):
 def vllm_frames(checkpoint, llm, built, max_frames: int, tag: str):
     from vllm import SamplingParams, TokensPrompt
 
-    from tritontts.vllm_frames import FRAMES_ARG, FrameStream, register, release
+    from tritontts.engine.vllm_frames import FRAMES_ARG, FrameStream, register, release
 
     t = checkpoint.config.talker
     allowed = [i for i in range(t.vocab_size - CONTROL_TAIL)] + [t.codec_eos_token_id]
@@ -99,7 +99,7 @@ def test_a_stream_released_while_its_row_is_still_scheduled_does_not_fail_the_ot
     for the request after a disconnect)."""
     from vllm import SamplingParams, TokensPrompt
 
-    from tritontts.vllm_frames import FRAMES_ARG, FrameStream, register, release
+    from tritontts.engine.vllm_frames import FRAMES_ARG, FrameStream, register, release
 
     checkpoint, llm = engine
     talker, built = prompts(checkpoint)

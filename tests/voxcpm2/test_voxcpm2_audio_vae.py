@@ -8,10 +8,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tritontts.checkpoint import CheckpointError
+from tritontts.weights.checkpoint import CheckpointError
 from tritontts.testing.references import voxcpm_module
-from tritontts.voxcpm2.audio_vae import (TINY_CONFIG, TINY_RELEASED_RATES_CONFIG, AudioVAEConfig,
-                                         decoder_context_frames, load_audio_vae, write_random_audio_vae)
+from tritontts.families.voxcpm2.audio_vae import (
+    TINY_CONFIG, TINY_RELEASED_RATES_CONFIG, AudioVAEConfig, decoder_context_frames,
+    load_audio_vae, write_random_audio_vae)
 
 CONFIGS = {
     "tiny": TINY_CONFIG,
@@ -145,7 +146,7 @@ def test_config_from_checkpoint_json():
 
 
 def test_released_config_has_upstream_keys_and_shapes():
-    from tritontts.voxcpm2.audio_vae import RELEASED_CONFIG, AudioVAE
+    from tritontts.families.voxcpm2.audio_vae import RELEASED_CONFIG, AudioVAE
 
     with torch.device("meta"):       # shapes only: 94M parameters, nothing allocated
         ours = AudioVAE(RELEASED_CONFIG)

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from tritontts.checkpoint import CheckpointError
+from tritontts.weights.checkpoint import CheckpointError
 from tritontts.testing.references import voxcpm_module
-from tritontts.voxcpm2.checkpoint import REQUIRED_FILES, open_checkpoint, parse_config
+from tritontts.families.voxcpm2.checkpoint import REQUIRED_FILES, open_checkpoint, parse_config
 
 HEAD = 32
 CONFIG = {

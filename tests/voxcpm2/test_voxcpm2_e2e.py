@@ -32,11 +32,11 @@ def in_process_audio(checkpoint_dir, text: str, params: dict) -> np.ndarray:
     """The pipeline in this process: the prompt stage's sequence, our PyTorch talker with the
     request's seed drawing each patch's noise (as the engine does), one whole VAE decode of
     the continuation context + the patches, the context's audio cut."""
-    from tritontts.stage import Inputs, StageContext
-    from tritontts.voxcpm2.checkpoint import open_checkpoint
-    from tritontts.voxcpm2.prompt import TalkerPrompt
-    from tritontts.voxcpm2.stages import VoxCPM2PromptStage, load_vae
-    from tritontts.voxcpm2.talker import load_talker
+    from tritontts.serving.stage import Inputs, StageContext
+    from tritontts.families.voxcpm2.checkpoint import open_checkpoint
+    from tritontts.families.voxcpm2.prompt import TalkerPrompt
+    from tritontts.families.voxcpm2.stages import VoxCPM2PromptStage, load_vae
+    from tritontts.families.voxcpm2.talker import load_talker
 
     ckpt = open_checkpoint(checkpoint_dir)
     c = ckpt.config

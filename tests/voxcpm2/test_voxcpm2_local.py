@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from tritontts.testing.references import voxcpm_module
-from tritontts.voxcpm2.local import LocalCFM, LocDiT, LocEnc, ScalarQuantizer
-from tritontts.voxcpm2.minicpm4 import MiniCPM4Config
+from tritontts.families.voxcpm2.local import LocalCFM, LocDiT, LocEnc, ScalarQuantizer
+from tritontts.families.voxcpm2.minicpm4 import MiniCPM4Config
 
 FEAT, PATCH, FSQ_LATENT = 64, 4, 32
 
@@ -202,7 +202,7 @@ def test_long_rope_choice_matters(pair):
     the DiT with another table (the other factor list, no attention factor) drifts."""
     from dataclasses import replace
 
-    from tritontts.voxcpm2.minicpm4 import long_rope_table
+    from tritontts.families.voxcpm2.minicpm4 import long_rope_table
 
     _, dit, ours, ref = pair
     x, mu, t, cond, dt = _dit_inputs(dit["hidden_dim"])

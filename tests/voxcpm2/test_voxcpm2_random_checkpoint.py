@@ -10,12 +10,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tritontts.checkpoint import load_strict
-from tritontts.voxcpm2.audio_vae import AudioVAEConfig, load_audio_vae
-from tritontts.voxcpm2.checkpoint import open_checkpoint
-from tritontts.voxcpm2.local import LocalCFM, LocDiT, LocEnc, ScalarQuantizer
-from tritontts.voxcpm2.minicpm4 import MiniCPM4Config, MiniCPM4Stack
-from tritontts.voxcpm2.random_checkpoint import AUDIO_TOKENS, write_random_checkpoint
+from tritontts.weights.checkpoint import load_strict
+from tritontts.families.voxcpm2.audio_vae import AudioVAEConfig, load_audio_vae
+from tritontts.families.voxcpm2.checkpoint import open_checkpoint
+from tritontts.families.voxcpm2.local import LocalCFM, LocDiT, LocEnc, ScalarQuantizer
+from tritontts.families.voxcpm2.minicpm4 import MiniCPM4Config, MiniCPM4Stack
+from tritontts.families.voxcpm2.random_checkpoint import AUDIO_TOKENS, write_random_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from tritontts.family import synthetic_reference
-from tritontts.stage import IS_FINAL, Inputs, InvalidRequest, StageContext
-from tritontts.voxcpm2.checkpoint import open_checkpoint
-from tritontts.voxcpm2.prompt import AUDIO_START, REF_AUDIO_END, REF_AUDIO_START
+from tritontts.protocol import IS_FINAL, InvalidRequest
+from tritontts.serving.stage import Inputs, StageContext
+from tritontts.families.voxcpm2.checkpoint import open_checkpoint
+from tritontts.families.voxcpm2.prompt import AUDIO_START, REF_AUDIO_END, REF_AUDIO_START
 
 REF = synthetic_reference()
 
@@ -27,14 +28,14 @@ def checkpoint(random_checkpoints):
 
 @pytest.fixture(scope="module")
 def prompt_stage(checkpoint):
-    from tritontts.voxcpm2.stages import VoxCPM2PromptStage
+    from tritontts.families.voxcpm2.stages import VoxCPM2PromptStage
 
     return VoxCPM2PromptStage(StageContext("voxcpm2_prompt", checkpoint.root), checkpoint)
 
 
 @pytest.fixture(scope="module")
 def vae_stage(checkpoint):
-    from tritontts.voxcpm2.stages import VoxCPM2AudioVAEStage
+    from tritontts.families.voxcpm2.stages import VoxCPM2AudioVAEStage
 
     return VoxCPM2AudioVAEStage(StageContext("voxcpm2_audio_vae", checkpoint.root), checkpoint)
 
@@ -104,7 +105,7 @@ class StandInEngine:
         self.patches = patches
 
     async def generate(self, prompt_ids, params, key, cancelled):
-        from tritontts.vllm_frames import lookup
+        from tritontts.engine.vllm_frames import lookup
 
         stream = lookup(key)
         for i, patch in enumerate(self.patches[:params.max_tokens]):
@@ -113,7 +114,7 @@ class StandInEngine:
 
 
 def talker_chunks(checkpoint, outputs, patches, left_context_frames=None):
-    from tritontts.voxcpm2.stages import VoxCPM2TalkerStage
+    from tritontts.families.voxcpm2.stages import VoxCPM2TalkerStage
 
     stage = object.__new__(VoxCPM2TalkerStage)        # no engine: the stand-in replaces it
     stage.checkpoint, stage.max_model_len = checkpoint, 4096

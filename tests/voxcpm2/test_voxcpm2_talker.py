@@ -11,11 +11,11 @@ import pytest
 import soundfile as sf
 import torch
 
-from tritontts.voxcpm2.audio_vae import AudioVAEConfig, load_audio_vae
-from tritontts.voxcpm2.checkpoint import open_checkpoint
-from tritontts.voxcpm2.prompt import TextTokenizer, build_prompt, encode_patches, max_steps
-from tritontts.voxcpm2.random_checkpoint import write_random_checkpoint
-from tritontts.voxcpm2.talker import load_talker
+from tritontts.families.voxcpm2.audio_vae import AudioVAEConfig, load_audio_vae
+from tritontts.families.voxcpm2.checkpoint import open_checkpoint
+from tritontts.families.voxcpm2.prompt import TextTokenizer, build_prompt, encode_patches, max_steps
+from tritontts.families.voxcpm2.random_checkpoint import write_random_checkpoint
+from tritontts.families.voxcpm2.talker import load_talker
 
 TEXT = "Hello there, how are you today?"
 PROMPT_TEXT = "This is the reference voice."

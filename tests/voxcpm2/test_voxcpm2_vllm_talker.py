@@ -1,4 +1,4 @@
-"""The VoxCPM2 talker on vLLM (tritontts.voxcpm2.vllm_model: both LMs' layers on paged
+"""The VoxCPM2 talker on vLLM (tritontts.families.voxcpm2.vllm_model: both LMs' layers on paged
 attention, the local DiT inside each step) against our PyTorch talker (itself equal to
 voxcpm 2.0.3, test_voxcpm2_talker.py) on the same tiny random checkpoint, fp32, the same
 per-request noise: the patches of several requests generated together (continuous batching,
@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from tritontts.testing.engine import close_engine, frames_engine, run_releasing_one
-from tritontts.voxcpm2.audio_vae import AudioVAEConfig, load_audio_vae
-from tritontts.voxcpm2.checkpoint import open_checkpoint
-from tritontts.voxcpm2.prompt import TextTokenizer, build_prompt, encode_patches
-from tritontts.voxcpm2.random_checkpoint import write_random_checkpoint
-from tritontts.voxcpm2.talker import load_talker
+from tritontts.families.voxcpm2.audio_vae import AudioVAEConfig, load_audio_vae
+from tritontts.families.voxcpm2.checkpoint import open_checkpoint
+from tritontts.families.voxcpm2.prompt import TextTokenizer, build_prompt, encode_patches
+from tritontts.families.voxcpm2.random_checkpoint import write_random_checkpoint
+from tritontts.families.voxcpm2.talker import load_talker
 
 MAX_STEPS = 24
 # (text, mode, seed, flow steps, cfg)
@@ -27,7 +27,7 @@ REQUESTS = [("Hello there, how are you today?", "zero_shot", 1, 10, 2.0),
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    from tritontts.voxcpm2.vllm_model import prepare_vllm_talker, register
+    from tritontts.families.voxcpm2.vllm_model import prepare_vllm_talker, register
 
     root = write_random_checkpoint(tmp_path_factory.mktemp("voxcpm2") / "tiny", seed=1)
     checkpoint = open_checkpoint(root)
@@ -57,7 +57,7 @@ def built(engine):
 
 
 def _stream(prompt, seed, steps, cfg):
-    from tritontts.voxcpm2.vllm_model import PatchStream
+    from tritontts.families.voxcpm2.vllm_model import PatchStream
 
     return PatchStream(prompt, torch.Generator().manual_seed(seed), steps, cfg)
 
@@ -65,8 +65,8 @@ def _stream(prompt, seed, steps, cfg):
 def vllm_patches(llm, prompts, settings, tag):
     from vllm import TokensPrompt
 
-    from tritontts.vllm_frames import register, release
-    from tritontts.voxcpm2.vllm_model import GO_ON, sampling_params
+    from tritontts.engine.vllm_frames import register, release
+    from tritontts.families.voxcpm2.vllm_model import GO_ON, sampling_params
 
     inputs, params, keys = [], [], []
     for k, (prompt, (seed, steps, cfg)) in enumerate(zip(prompts, settings)):
@@ -108,8 +108,8 @@ def test_control_another_seed_changes_the_patches(engine, built):
 def test_a_stream_released_while_its_row_is_still_scheduled_does_not_fail_the_others(engine, built):
     from vllm import TokensPrompt
 
-    from tritontts.vllm_frames import register, release
-    from tritontts.voxcpm2.vllm_model import GO_ON, sampling_params
+    from tritontts.engine.vllm_frames import register, release
+    from tritontts.families.voxcpm2.vllm_model import GO_ON, sampling_params
 
     _, llm = engine
     _, prompts = built

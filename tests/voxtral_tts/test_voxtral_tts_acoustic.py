@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tritontts.checkpoint import ConfigFields
+from tritontts.weights.checkpoint import ConfigFields
 from tritontts.testing.references import vllm_omni_module
-from tritontts.voxtral_tts.acoustic import END_AUDIO, AcousticConfig, AcousticTransformer
+from tritontts.families.voxtral_tts.acoustic import END_AUDIO, AcousticConfig, AcousticTransformer
 
 ARGS = {"semantic_codebook_size": 300, "acoustic_codebook_size": 21, "n_acoustic_codebook": 36,
         "acoustic_transformer_args": {"input_dim": 64, "dim": 64, "n_layers": 3, "head_dim": 16,

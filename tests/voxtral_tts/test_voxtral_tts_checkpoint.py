@@ -10,11 +10,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tritontts.checkpoint import CheckpointError, load_strict
-from tritontts.voxtral_tts.acoustic import AcousticTransformer
-from tritontts.voxtral_tts.checkpoint import open_checkpoint
-from tritontts.voxtral_tts.codec import load_codec
-from tritontts.voxtral_tts.random_checkpoint import write_random_checkpoint
+from tritontts.weights.checkpoint import CheckpointError, load_strict
+from tritontts.families.voxtral_tts.acoustic import AcousticTransformer
+from tritontts.families.voxtral_tts.checkpoint import open_checkpoint
+from tritontts.families.voxtral_tts.codec import load_codec
+from tritontts.families.voxtral_tts.random_checkpoint import write_random_checkpoint
 
 
 @pytest.fixture(scope="module")

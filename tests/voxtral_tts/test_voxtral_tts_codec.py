@@ -9,9 +9,9 @@ import types
 import pytest
 import torch
 
-from tritontts.checkpoint import ConfigFields
+from tritontts.weights.checkpoint import ConfigFields
 from tritontts.testing.references import vllm_omni_module
-from tritontts.voxtral_tts.codec import PREFIX, CodecConfig, load_codec
+from tritontts.families.voxtral_tts.codec import PREFIX, CodecConfig, load_codec
 
 # Small widths; the released rates and layer plan (patch 240, 4 x 2 layers, windows 2-16).
 ARGS = {"dim": 64, "hidden_dim": 128, "head_dim": 16, "n_heads": 4, "n_kv_heads": 2,
@@ -26,7 +26,7 @@ def config() -> CodecConfig:
 
 
 def random_state(c: CodecConfig, seed: int = 0) -> dict[str, torch.Tensor]:
-    from tritontts.voxtral_tts.random_checkpoint import random_codec_state
+    from tritontts.families.voxtral_tts.random_checkpoint import random_codec_state
 
     return {PREFIX + k: v for k, v in random_codec_state(c, torch.Generator().manual_seed(seed)).items()}
 

@@ -23,9 +23,9 @@ def in_process_audio(root, text: str, voice: str, seed: int, frames: int) -> np.
     from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
     from safetensors.torch import load_file
 
-    from tritontts.voxtral_tts.checkpoint import open_checkpoint
-    from tritontts.voxtral_tts.codec import load_codec
-    from tritontts.voxtral_tts.talker import VoxtralTalker, talker_state
+    from tritontts.families.voxtral_tts.checkpoint import open_checkpoint
+    from tritontts.families.voxtral_tts.codec import load_codec
+    from tritontts.families.voxtral_tts.talker import VoxtralTalker, talker_state
 
     ckpt = open_checkpoint(root)
     state = load_file(str(ckpt.path("consolidated.safetensors")))

@@ -10,9 +10,9 @@ import torch
 from safetensors.torch import load_file
 
 from tritontts.testing.references import voxtral_reference_frames, voxtral_reference_talker
-from tritontts.voxtral_tts.checkpoint import open_checkpoint
-from tritontts.voxtral_tts.random_checkpoint import write_random_checkpoint
-from tritontts.voxtral_tts.talker import VoxtralTalker, talker_state
+from tritontts.families.voxtral_tts.checkpoint import open_checkpoint
+from tritontts.families.voxtral_tts.random_checkpoint import write_random_checkpoint
+from tritontts.families.voxtral_tts.talker import VoxtralTalker, talker_state
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_generate_equals_the_reference_loop_with_the_same_noise(loaded):
     """Our talker's generate (whole sequence each step, our acoustic transformer) against the
     reference loop (transformers' KV cache + vLLM-Omni's FlowMatchingAudioTransformer drawing
     its own noise) from the same global seed; another seed as the negative control."""
-    from tritontts.voxtral_tts.acoustic import END_AUDIO
+    from tritontts.families.voxtral_tts.acoustic import END_AUDIO
 
     ckpt, _, talker = loaded
     backbone, acoustic = voxtral_reference_talker(ckpt)

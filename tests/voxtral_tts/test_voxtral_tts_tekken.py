@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tritontts.voxtral_tts.random_checkpoint import write_tekken
+from tritontts.families.voxtral_tts.random_checkpoint import write_tekken
 
 
 @pytest.fixture(scope="module")

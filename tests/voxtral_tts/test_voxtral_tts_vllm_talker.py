@@ -1,4 +1,4 @@
-"""The Voxtral TTS talker on vLLM (tritontts.voxtral_tts.vllm_model: vLLM's Llama on the
+"""The Voxtral TTS talker on vLLM (tritontts.families.voxtral_tts.vllm_model: vLLM's Llama on the
 Mistral-format weights, the acoustic transformer in compute_logits) against our PyTorch
 talker on the same tiny checkpoint, fp32, the same per-request noise: the frames of three
 requests generated together (two voices, other seeds and cfg) equal the one-request loop,
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from tritontts.testing.engine import close_engine, frames_engine
-from tritontts.voxtral_tts.checkpoint import open_checkpoint
-from tritontts.voxtral_tts.random_checkpoint import write_random_checkpoint
-from tritontts.voxtral_tts.talker import VoxtralTalker, talker_state
+from tritontts.families.voxtral_tts.checkpoint import open_checkpoint
+from tritontts.families.voxtral_tts.random_checkpoint import write_random_checkpoint
+from tritontts.families.voxtral_tts.talker import VoxtralTalker, talker_state
 
 MAX_FRAMES = 12
 REQUESTS = [("Hello there, how are you today?", "casual_male", 1, 1.2),
@@ -23,7 +23,7 @@ REQUESTS = [("Hello there, how are you today?", "casual_male", 1, 1.2),
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    from tritontts.voxtral_tts.vllm_model import prepare_vllm_talker, register
+    from tritontts.families.voxtral_tts.vllm_model import prepare_vllm_talker, register
 
     checkpoint = open_checkpoint(write_random_checkpoint(tmp_path_factory.mktemp("voxtral") / "tiny", seed=4))
     register()
@@ -46,8 +46,8 @@ def test_vllm_frames_equal_the_pytorch_talker_for_batched_requests(engine):
     from safetensors.torch import load_file
     from vllm import SamplingParams, TokensPrompt
 
-    from tritontts.vllm_frames import FRAMES_ARG, register, release
-    from tritontts.voxtral_tts.vllm_model import EOS, VoiceStream
+    from tritontts.engine.vllm_frames import FRAMES_ARG, register, release
+    from tritontts.families.voxtral_tts.vllm_model import EOS, VoiceStream
 
     checkpoint, llm = engine
     talker = VoxtralTalker(checkpoint.config)

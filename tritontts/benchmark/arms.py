@@ -121,7 +121,7 @@ def talker_benchmark_main(bench: TalkerBenchmark) -> None:
 def vllm_frame_speed(model_dir: Path, prompt_ids: list[int], new_stream: Callable[[int], Any],
                      audio_frames: Callable[[list], int], stop_token: int, frames: int, batches=(1, 8),
                      dtype: str = "float32", kv_cache_bytes: int = 1 << 30) -> dict[int, float]:
-    """The vLLM arm of a per-frame talker (tritontts.vllm_frames): an in-process engine on the
+    """The vLLM arm of a per-frame talker (tritontts.engine.vllm_frames): an in-process engine on the
     talker's folder; per batch size, a 2-frame warm-up, then `batch` requests of `frames`
     frames together (request k's stream from `new_stream(k)`, registered under its key);
     frames/s counts `audio_frames(stream.frames)` of each (an end frame is not audio)."""
@@ -131,7 +131,7 @@ def vllm_frame_speed(model_dir: Path, prompt_ids: list[int], new_stream: Callabl
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM, SamplingParams, TokensPrompt
 
-    from ..vllm_frames import FRAMES_ARG, ROW_TRACKER, register, release
+    from ..engine.vllm_frames import FRAMES_ARG, ROW_TRACKER, register, release
 
     llm = LLM(model=str(model_dir), skip_tokenizer_init=True, dtype=dtype, enforce_eager=True,
               enable_prefix_caching=False, max_model_len=512, max_num_seqs=8, seed=0,

@@ -1,6 +1,6 @@
 """A family's ensemble run in this process, with no server: the same stage models
 (model_repository/*/config.pbtxt hosted by the same tritontts backend code,
-tritontts/triton_stage.py, over the stand-in pb_utils), chained the way the ensemble's steps
+tritontts/serving/triton_stage.py, over the stand-in pb_utils), chained the way the ensemble's steps
 map tensors. It is the baseline "serving overhead" is measured against: what the stage code
 costs when nothing carries its tensors over gRPC, HTTP or Triton's scheduler.
 
@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from ..family import Family
-from ..repository import ENSEMBLE_REPOSITORY, STAGE_REPOSITORY, ensemble_path, read_config
-from ..stage import AUDIO, IS_FINAL, SAMPLE_RATE
+from ..deploy.repository import ENSEMBLE_REPOSITORY, STAGE_REPOSITORY, ensemble_path, read_config
+from ..protocol import AUDIO, IS_FINAL, SAMPLE_RATE
 
 
 @dataclass
@@ -48,7 +48,7 @@ class _StageHost:
 
     def __init__(self, name: str, repository: Path):
         from ..testing.pb_utils import model_args
-        from ..triton_stage import TritonPythonModel
+        from ..serving.triton_stage import TritonPythonModel
 
         config = repository / name / "config.pbtxt"
         count = sum(g.count or 1 for g in read_config(config).instance_group) or 1

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..stage import IS_FINAL, STREAM_ID
+from ..protocol import IS_FINAL, STREAM_ID
 
 # perf_analyzer's output columns we report, in microseconds. For a decoupled model 2.51
 # measures a request until its last response (a 2-sentence piper request: both sentences),

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from ..checkpoint import cache_root
+from ..weights.checkpoint import cache_root
 from .common import DEFAULT_URL, data_url, error_message
 
 SAMPLE_WIDTH = 2                      # the front's pcm: 16-bit little-endian mono

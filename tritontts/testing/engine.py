@@ -1,6 +1,6 @@
 """In-process vLLM in tests: building an engine (a fixed KV cache), closing it, and vLLM's
 process-wide state (distributed / model-parallel groups) that neither may leave behind for
-the next test module; driving an engine step by step (tritontts.vllm_frames talkers)."""
+the next test module; driving an engine step by step (tritontts.engine.vllm_frames talkers)."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -105,9 +105,9 @@ def vllm_parallel_state(vllm_config):
 
 def frames_engine(model_dir, kv_cache_bytes: int, max_model_len: int = 512, **engine_args):
     """vLLM's LLM on a per-frame talker's model folder, its engine core in this process (the
-    model and the test share the streams of tritontts.vllm_frames), fp32, eager, the
+    model and the test share the streams of tritontts.engine.vllm_frames), fp32, eager, the
     RowTracker installed: what every vLLM talker test runs; `engine_args` add to those."""
-    from ..vllm_frames import ROW_TRACKER
+    from ..engine.vllm_frames import ROW_TRACKER
 
     return in_process_llm(model_dir, kv_cache_bytes, skip_tokenizer_init=True, enforce_eager=True,
                           enable_prefix_caching=False, max_model_len=max_model_len, seed=0,

@@ -8,7 +8,7 @@ import numpy as np
 
 
 def ensemble_inputs(text: str, voice: str = "", params: dict | None = None) -> list:
-    """The ensemble's three BYTES inputs for one request (tritontts.stage conventions)."""
+    """The ensemble's three BYTES inputs for one request (tritontts.serving.stage conventions)."""
     import tritonclient.grpc as grpcclient
 
     def tensor(name, value):

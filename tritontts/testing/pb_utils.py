@@ -1,9 +1,9 @@
 """A stand-in for `triton_python_backend_utils` (which only exists inside the Triton stub),
-so the tritontts backend (tritontts/triton_stage.py) and the stages it hosts can be unit
+so the tritontts backend (tritontts/serving/triton_stage.py) and the stages it hosts can be unit
 tested on CPU, as tensorrtllm_backend's all_models tests do with a mocked pb_utils.
 
     with fake_pb_utils():
-        from tritontts.triton_stage import TritonPythonModel
+        from tritontts.serving.triton_stage import TritonPythonModel
         model = TritonPythonModel(); model.initialize(model_args(config_path))
         senders = [FakeRequest({...}) for ...]; model.execute(requests)
 """
@@ -155,7 +155,7 @@ def fake_pb_utils():
     try:
         yield sys.modules["triton_python_backend_utils"]
     finally:
-        sys.modules.pop("tritontts.triton_stage", None)
+        sys.modules.pop("tritontts.serving.triton_stage", None)
         if saved is None:
             sys.modules.pop("triton_python_backend_utils", None)
         else:

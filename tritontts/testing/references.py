@@ -226,9 +226,9 @@ def voxtral_reference_talker(checkpoint, reorder: bool = True):
     from transformers import MistralConfig, MistralModel
     from transformers.models.mistral.modeling_mistral import MistralRotaryEmbedding
 
-    from ..voxtral_tts.checkpoint import PARAMS_FILE, WEIGHTS_FILE
-    from ..llama_format import rotate_half_rows
-    from ..voxtral_tts.talker import TEXT_EMBEDDINGS
+    from ..families.voxtral_tts.checkpoint import PARAMS_FILE, WEIGHTS_FILE
+    from ..nn.llama_format import rotate_half_rows
+    from ..families.voxtral_tts.talker import TEXT_EMBEDDINGS
 
     b = checkpoint.config.backbone
     config = MistralConfig(hidden_size=b.dim, intermediate_size=b.hidden_dim, num_hidden_layers=b.n_layers,
@@ -277,7 +277,7 @@ def voxtral_reference_frames(backbone, acoustic, embed_frames, prompt, frames: i
     embeddings [B, T, dim] from `voxtral_reference_talker`'s modules: transformers' KV cache
     (prefill, then one position a step), vLLM-Omni's FlowMatchingAudioTransformer per frame
     (its own noise, from torch's global generator), the frame's summed codebook embeddings
-    as the next input (`embed_frames`: ours, tritontts.voxtral_tts.talker.FrameEmbeddings;
+    as the next input (`embed_frames`: ours, tritontts.families.voxtral_tts.talker.FrameEmbeddings;
     upstream's are vLLM layers). Rows go on past an END_AUDIO frame (a batch runs in step);
     the caller cuts them there."""
     import torch
@@ -404,8 +404,8 @@ def auk_reference_audio(root, instruction: str, frames: int, seed: int, t_grid=N
     from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniThinkerForConditionalGeneration
 
     from ..audio import resample
-    from ..auk.checkpoint import open_checkpoint
-    from ..auk.prompt import PromptBuilder, rendered
+    from ..families.auk.checkpoint import open_checkpoint
+    from ..families.auk.prompt import PromptBuilder, rendered
 
     ckpt = open_checkpoint(root)
     with auk_module("auk_vae") as vae_module:

@@ -43,7 +43,7 @@ def new_user_environment(caches: Path) -> dict[str, str]:
 
 
 # vLLM's own architectures among the talkers (CosyVoice3's converted talker is a Qwen2,
-# GLM-TTS's a Llama); the others are the families' own (tritontts/<family>/vllm_model.py).
+# GLM-TTS's a Llama); the others are the families' own (tritontts/families/<family>/vllm_model.py).
 BUILTIN_TALKER_ARCHITECTURES = ("Qwen2ForCausalLM", "LlamaForCausalLM")
 
 # What vLLM's inspection child does for one architecture (`python3 -m
@@ -84,9 +84,9 @@ def inspect_talker_models(caches: Path) -> bool:
     from importlib.util import find_spec
 
     from ..families import FAMILIES
-    from ..tritonserver import triton_env
+    from ..deploy.tritonserver import triton_env
 
-    modules = [f"tritontts.{name}.vllm_model" for name in FAMILIES]
+    modules = [f"tritontts.families.{name}.vllm_model" for name in FAMILIES]
     modules = [m for m in modules if find_spec(m) is not None]
     try:
         out = subprocess.run(["python3", "-c", INSPECT_TALKERS, ",".join(BUILTIN_TALKER_ARCHITECTURES),
@@ -113,8 +113,8 @@ def tiny_engine_args(families: tuple[str, ...]) -> tuple[str, ...]:
     """The launcher's --engine-arg flags that give every vLLM stage of `families` whose
     model.json asks for more than TINY_KV_CACHE_BYTES of KV cache exactly that."""
     from ..families import FAMILIES
-    from ..profiles import talker_settings_path
-    from ..repository import STAGE_REPOSITORY
+    from ..deploy.profiles import talker_settings_path
+    from ..deploy.repository import STAGE_REPOSITORY
 
     args = []
     for family in families:
@@ -246,7 +246,7 @@ class StackPool:
         """What a server of `families` needs done once per run before it starts (servers
         the caller starts itself too): the talkers' model inspection (inspect_talker_models)."""
         from ..families import FAMILIES
-        from ..profiles import TALKERS
+        from ..deploy.profiles import TALKERS
 
         if not self.inspected and any(s in TALKERS for f in families for s in FAMILIES[f].stages):
             self.inspected = True

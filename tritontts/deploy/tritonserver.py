@@ -1,0 +1,343 @@
+"""Find, prepare and run the tritonserver binary that ships in the nvidia-pytriton wheel.
+
+Facts behind this (docs/triton-on-cpu.md): the Python backend needs the stub built for
+the running interpreter copied next to it; the wheel's shared libraries and the
+interpreter's own libpython must come first on LD_LIBRARY_PATH; the stub imports
+packages from this environment's site-packages, and our code from the repository root;
+and everything the stub starts (vLLM's model inspection child, the stub's own idea of
+which interpreter it is) comes from PATH, so this environment's bin goes first there.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+from pathlib import Path
+
+from ..serving.cancellation import CANCEL_DIR_ENV, CANCEL_MODEL
+
+logger = logging.getLogger("tritontts.deploy.tritonserver")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MODEL_REPOSITORIES = (REPO_ROOT / "model_repository", REPO_ROOT / "ensembles")
+
+
+def pytriton_root() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("nvidia-pytriton is not installed: run scripts/setup.sh")
+    return Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
+
+
+BACKEND_NAME = "tritontts"
+BACKEND_SOURCE = Path(__file__).resolve().parents[1] / "serving" / "triton_backend"
+
+
+def prepare_python_backend() -> Path:
+    """The backend directory tritonserver needs, made ready (idempotent): the stub for this
+    Python version beside libtriton_python.so, and our Python-based backend (`tritontts`,
+    the stage host every stage model names) linked in beside it."""
+    root = pytriton_root()
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
+    target = root / "backends" / "python" / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise RuntimeError(f"no Triton Python backend stub for Python {version} in {stub.parent}")
+    if not target.is_file() or target.stat().st_size != stub.stat().st_size:
+        shutil.copy2(stub, target)
+    target.chmod(0o755)
+    link = root / "backends" / BACKEND_NAME
+    if not (link.is_symlink() and link.resolve() == BACKEND_SOURCE):
+        if link.is_symlink() or link.is_file():
+            link.unlink()
+        elif link.is_dir():
+            shutil.rmtree(link)
+        link.symlink_to(BACKEND_SOURCE, target_is_directory=True)
+    return root / "backends"
+
+
+def base_command() -> list[str]:
+    """The tritonserver binary with the Python backend this environment prepared."""
+    return [str(pytriton_root() / "bin" / "tritonserver"),
+            f"--backend-directory={prepare_python_backend()}"]
+
+
+# Variables from the caller's shell that would point the stub, or the Python children it
+# starts, at another interpreter's installation.
+FOREIGN_PYTHON_VARIABLES = ("PYTHONHOME", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONEXECUTABLE",
+                            "__PYVENV_LAUNCHER__", "CONDA_PREFIX")
+
+
+def environment_bin() -> Path:
+    """The bin folder of this environment: where `python3` is this interpreter (the venv's
+    bin, not the base interpreter's; sys.executable is not resolved through links)."""
+    return Path(sys.executable).parent
+
+
+def triton_env(extra: dict[str, str] | None = None,
+               base: dict[str, str] | None = None) -> dict[str, str]:
+    """tritonserver's environment: the caller's, made to point at this environment only.
+
+    Whatever the caller's shell holds (no venv activated, only system directories on PATH,
+    another interpreter's PYTHONHOME), the stub and every process it starts see this
+    interpreter first: vLLM inspects model classes in a `python3 -m ...` child found on
+    PATH, and the stub derives its prefix (its standard library) from the `python3` on PATH.
+    """
+    root = pytriton_root()
+    libs = root.parent.parent / "nvidia_pytriton.libs"
+    libdir = sysconfig.get_config_var("LIBDIR")
+    env = dict(os.environ if base is None else base)
+    for name in FOREIGN_PYTHON_VARIABLES:
+        env.pop(name, None)
+    bin_dir = str(environment_bin())
+    env["PATH"] = os.pathsep.join(
+        [bin_dir, *(p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and p != bin_dir)])
+    if sys.prefix != sys.base_prefix:
+        env["VIRTUAL_ENV"] = sys.prefix
+    else:
+        env.pop("VIRTUAL_ENV", None)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (libdir, str(libs), env.get("LD_LIBRARY_PATH", "")) if p)
+    env["TRITONTTS_PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT), *site.getsitepackages()) if p)
+    env.setdefault("LC_ALL", "C.UTF-8")
+    env.setdefault("OMP_NUM_THREADS", "1")  # stages set their own intra-op threads
+    env.update(extra or {})
+    return env
+
+
+# The readiness poll's channel: reconnect attempts at most 0.5 s apart.
+READY_POLL_CHANNEL = [("grpc.initial_reconnect_backoff_ms", 250),
+                      ("grpc.min_reconnect_backoff_ms", 250),
+                      ("grpc.max_reconnect_backoff_ms", 500)]
+
+
+@dataclass
+class TritonServer:
+    """A tritonserver child process with explicit model control."""
+
+    models: list[str]
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    repositories: tuple[Path, ...] = MODEL_REPOSITORIES
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: Path | None = None
+    process: subprocess.Popen | None = None
+    restarts: int = 0                       # times supervise() brought the server back
+    cancel_dir: Path | None = None          # the stages' cancellation marks (a temp folder)
+    _stopping: bool = field(default=False, repr=False)
+    _supervisor: threading.Thread | None = field(default=None, repr=False)
+
+    def command(self) -> list[str]:
+        cmd = [*base_command(), "--model-control-mode=explicit",
+               f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}",
+               f"--metrics-port={self.metrics_port}",
+               "--exit-timeout-secs=10", "--log-verbose=0"]
+        cmd += [f"--model-repository={repo}" for repo in self.repositories]
+        # The cancel model rides along with every server (tritontts/serving/cancellation.py).
+        cmd += [f"--load-model={model}" for model in [*self.models, CANCEL_MODEL]]
+        return cmd
+
+    def start(self) -> "TritonServer":
+        log = open(self.log_path, "ab") if self.log_path else None
+        if self.cancel_dir is None:
+            import tempfile
+
+            self.cancel_dir = Path(tempfile.mkdtemp(prefix="tritontts-cancel-"))
+        env = {**self.env, CANCEL_DIR_ENV: str(self.cancel_dir)}
+        self.process = subprocess.Popen(self.command(), env=triton_env(env),
+                                        stdout=log or None, stderr=subprocess.STDOUT if log else None,
+                                        start_new_session=True)
+        return self
+
+    @property
+    def grpc_url(self) -> str:
+        return f"localhost:{self.grpc_port}"
+
+    def wait_ready(self, timeout: float = 300.0, report: Callable[[str], None] | None = None) -> None:
+        """Wait until the server and every requested model are ready; fail loudly. `report`
+        gets one line per model whose load state changes (the launcher prints them: a
+        talker takes minutes, and the user should see which stage is loading), and the
+        reason Triton gives for a model that failed to load."""
+        import tritonclient.grpc as grpcclient
+
+        deadline = time.monotonic() + timeout
+        # Triton opens its gRPC port only once every model has loaded; until then each poll
+        # fails to connect, and gRPC's default reconnect backoff (x1.6 per failure, up to
+        # 120 s) would notice the ready server up to 20 s late after a minute of loading.
+        client = grpcclient.InferenceServerClient(self.grpc_url, channel_args=READY_POLL_CHANNEL)
+        states: dict[str, str] = {}
+        started = time.monotonic()
+        try:
+            while time.monotonic() < deadline:
+                if self._stopping:
+                    raise RuntimeError("tritonserver is being stopped")
+                if self.process and self.process.poll() is not None:
+                    failed = [f"{m}: {r}" for m, r in states.items() if r.startswith("UNAVAILABLE")]
+                    raise RuntimeError(f"tritonserver exited with code {self.process.returncode}"
+                                       + (f" ({'; '.join(failed)})" if failed else "")
+                                       + (f"; see {self.log_path}" if self.log_path else ""))
+                try:
+                    if report is not None:
+                        self._report_states(client, states, report, time.monotonic() - started)
+                    if client.is_server_ready() and all(client.is_model_ready(m) for m in self.models):
+                        return
+                except Exception:
+                    pass
+                time.sleep(0.5)
+        finally:
+            client.close()
+        raise TimeoutError(f"tritonserver not ready after {timeout:.0f}s"
+                           + (f"; see {self.log_path}" if self.log_path else ""))
+
+    @staticmethod
+    def _report_states(client, states: dict[str, str], report: Callable[[str], None],
+                       elapsed: float) -> None:
+        index = client.get_model_repository_index(as_json=True).get("models", [])
+        loaded = [m for m in index if m.get("state")]
+        ready = sum(1 for m in loaded if m["state"] == "READY")
+        for model in loaded:
+            state = model["state"] + (f": {model['reason']}" if model.get("reason") else "")
+            if states.get(model["name"]) != state:
+                states[model["name"]] = state
+                report(f"[{elapsed:5.0f} s] {model['name']}: {state} ({ready}/{len(loaded)} ready)")
+
+    def supervise(self, poll_s: float = 0.5, max_backoff_s: float = 30.0) -> None:
+        """Bring the server back whenever it exits without stop() (killed, crashed): what
+        its process group left (Python stubs, vLLM engine cores: still running, holding
+        cores and memory) is killed first, then it starts again on the same ports with the
+        same models. Clients get 503 meanwhile and need no reconnect: gRPC channels do."""
+        def watch():
+            backoff = 1.0
+            stages = self._group()     # its stage processes (stubs, engine cores) once ready
+            while not self._stopping:
+                code = self.process.poll()
+                lost = stages - self._group() if code is None else set()
+                if code is None and not lost:
+                    time.sleep(poll_s)
+                    continue
+                if code is None:
+                    # A stage process that dies takes its in-flight requests with it and
+                    # leaves its model unusable (Triton never answers them): restart all.
+                    logger.error("stage processes %s of tritonserver died; restarting it", sorted(lost))
+                else:
+                    logger.error("tritonserver exited with code %s; restarting it in %.0f s", code, backoff)
+                self._kill_group()
+                time.sleep(backoff)
+                if self._stopping:
+                    return
+                try:
+                    self.start().wait_ready()
+                    stages = self._group()
+                    self.restarts += 1
+                    backoff = 1.0
+                    logger.warning("tritonserver is back (restart %d)", self.restarts)
+                except Exception as exc:  # noqa: BLE001 - try again, waiting longer
+                    logger.error("tritonserver restart failed: %s", exc)
+                    backoff = min(2 * backoff, max_backoff_s)
+
+        self._supervisor = threading.Thread(target=watch, name="tritonserver-supervisor", daemon=True)
+        self._supervisor.start()
+
+    def _group(self) -> set[int]:
+        """The live processes of the server's process group but the server itself (a stage
+        that died stays a zombie until tritonserver reaps it, which it does not)."""
+        out = subprocess.run(["pgrep", "-g", str(self.process.pid)], capture_output=True, text=True)
+        live = set()
+        for pid in out.stdout.split():
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state not in ("Z", "X"):
+                live.add(int(pid))
+        return live - {self.process.pid}
+
+    def _kill_group(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stopping = True
+        if self._supervisor is not None:
+            self._supervisor.join(timeout)   # a restart in progress gives up (wait_ready)
+        if not self.process:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        # Whatever the server left in its process group (a stub, vLLM's engine-core process
+        # holding its KV cache) goes too: nothing may outlive the server.
+        self._kill_group()
+        if self.cancel_dir is not None:
+            shutil.rmtree(self.cancel_dir, ignore_errors=True)
+
+
+def family_repository_args(args: list[str]) -> list[str]:
+    """`--families A,B [--profile P] [--gpus 0,1]` among tritonserver's flags -> a model
+    repository with those families' stages (rewritten for the profile) and ensembles in a
+    fresh folder, and the flags that serve them (explicit model control, each family and
+    the cancel model loaded). Other flags pass through. What a tritonserver pod runs
+    (deploy/k8s) without knowing the families' stage lists."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--families")
+    parser.add_argument("--profile", default=os.environ.get("TRITONTTS_PROFILE", "cpu"))
+    parser.add_argument("--gpus", default="0")
+    known, rest = parser.parse_known_args(args)
+    if not known.families:
+        return args
+    from ..families import FAMILIES
+    from .profiles import copy_ensembles, gpu_ids, write_profile_repository
+
+    families = [f.strip() for f in known.families.split(",") if f.strip()]
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        raise SystemExit(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
+    out = Path(tempfile.mkdtemp(prefix=f"tritontts-{known.profile}-"))
+    stages = sorted({CANCEL_MODEL, *(s for f in families for s in FAMILIES[f].stages)})
+    write_profile_repository(known.profile, stages, out, gpus=gpu_ids(known.gpus))
+    copy_ensembles(out)
+    return [f"--model-repository={out}", "--model-control-mode=explicit",
+            *(f"--load-model={m}" for m in [*families, CANCEL_MODEL]), *rest]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m tritontts.deploy.tritonserver [tritonserver flags]`: the real tritonserver with this
+    environment prepared (stub, LD_LIBRARY_PATH, TRITONTTS_PYTHONPATH, --backend-directory).
+
+    e.g. python -m tritontts.deploy.tritonserver --model-repository model_repository \\
+             --model-repository ensembles --model-control-mode explicit --load-model piper
+         python -m tritontts.deploy.tritonserver --families piper,cosyvoice3 --profile gpu
+             (the families' stages, rewritten for the profile, in a fresh repository)
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    args = family_repository_args(args)
+    command = base_command()
+    if any(a.startswith("--backend-directory") for a in args):
+        command = command[:1]  # the user's own backend directory wins
+    os.execve(command[0], [*command, *args], triton_env())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,337 @@
+"""The engine host every talker shares: vLLM's AsyncLLM on the stage's own asyncio loop
+(Triton's vllm_backend shape). A talker folder is config.pbtxt + 1/model.json:
+
+  {"engine_args": {...},   vLLM AsyncEngineArgs, as-is (the only place they are set)
+   ...}                    the family's own talker settings (e.g. CosyVoice3's "hops")
+
+A family's talker subclasses VllmTalkerStage: it names the model folder vLLM loads
+(`model_path`), adds what the engine needs beyond model.json (`engine_extras`, e.g. logits
+processors) and implements `run` with `generate`.
+
+Two engine hosts, one interface (generate, abort, shutdown):
+  AsyncLLM       the engine core in a process of its own (talkers with one token stream)
+  InprocEngine   the engine core in this process, stepped by a thread of its own: talkers
+                 whose model shares per-request state with the stage (tritontts.engine.vllm_frames)
+                 set `in_process = True`. AsyncLLM cannot host its core in-process ("Running
+                 EngineCore in asyncio without multiprocessing is not currently supported").
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import threading
+from typing import Any, AsyncIterator, Callable, Iterator
+
+from ..serving.stage import EngineStage, StageContext
+
+logger = logging.getLogger("tritontts.talker")
+
+
+class TalkerCancelled(Exception):
+    """The client went away; the engine request was aborted."""
+
+
+# The launcher's --engine-arg STAGE.KEY=VALUE, handed to tritonserver's stages as JSON
+# {stage: {key: value}}: engine arguments over model.json's (a released checkpoint's KV
+# budget or dtype) without editing the repository.
+ENGINE_ARGS_ENV = "TRITONTTS_ENGINE_ARGS"
+
+
+def engine_arg_overrides(stage: str, environ=None) -> dict[str, Any]:
+    import json
+
+    text = (os.environ if environ is None else environ).get(ENGINE_ARGS_ENV, "")
+    return dict(json.loads(text).get(stage, {})) if text else {}
+
+
+def parse_engine_arg(text: str) -> tuple[str, str, Any]:
+    """STAGE.KEY=VALUE -> (stage, key, value); VALUE is JSON when it parses as JSON (numbers,
+    true/false), else a string. ValueError says what is wrong."""
+    import json
+
+    target, sep, value = text.partition("=")
+    stage, dot, key = target.partition(".")
+    if not sep or not dot or not stage or not key:
+        raise ValueError(f"--engine-arg takes STAGE.KEY=VALUE (e.g. fish_s2_pro_talker.dtype=bfloat16), "
+                         f"got {text!r}")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    return stage, key, parsed
+
+
+class VllmTalkerStage(EngineStage):
+    in_process = False
+
+    def __init__(self, context: StageContext):
+        super().__init__(context)
+        self.settings = context.settings("model.json")
+        engine_args = {**self.settings["engine_args"], **engine_arg_overrides(context.name)}
+        # On vLLM's CPU backend gpu_memory_utilization is the share of RAM for weights + KV.
+        self.max_model_len = int(engine_args["max_model_len"])
+        args = {**engine_args, **self.engine_extras()}
+        pin_engine_gpu(context.device)
+        if self.in_process:
+            self.engine = InprocEngine(self.model_path(), args, self.loop)
+        else:
+            self.engine = self.submit(self._create(self.model_path(), args)).result()
+
+    def model_path(self) -> str:
+        raise NotImplementedError
+
+    def engine_extras(self) -> dict[str, Any]:
+        """Beyond model.json. An in-process talker's model keeps per-request state
+        (tritontts.engine.vllm_frames): it needs the RowTracker, and takes token ids, not text."""
+        if self.in_process:
+            from .vllm_frames import ROW_TRACKER
+
+            return {"skip_tokenizer_init": True, "logits_processors": [ROW_TRACKER]}
+        return {}
+
+    async def _create(self, model: str, args: dict[str, Any]):
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **args))
+
+    async def generate(self, prompt_ids: list[int], sampling_params, request_id: str,
+                       cancelled: Callable[[], bool] = lambda: False) -> AsyncIterator[list[int]]:
+        """The token ids generated so far, after each engine step. A cancelled client, or a
+        consumer that stops early, aborts the engine request."""
+        from vllm import TokensPrompt
+
+        finished = False
+        try:
+            async for output in self.engine.generate(TokensPrompt(prompt_token_ids=prompt_ids),
+                                                     sampling_params, request_id):
+                if cancelled():
+                    logger.info("talker request %s cancelled", request_id)
+                    raise TalkerCancelled("the client cancelled the request")
+                yield output.outputs[0].token_ids
+                finished = output.finished
+        finally:
+            if not finished:
+                await self.engine.abort(request_id)
+
+    def close(self) -> None:
+        try:
+            self.engine.shutdown()
+        finally:
+            super().close()
+
+
+def pin_engine_gpu(device: str) -> None:
+    """Put the engine on the instance's GPU: vLLM takes the first visible GPU (in its own
+    engine-core process too, which inherits the environment), so a KIND_GPU instance on
+    GPU N makes N the only one it sees. Must happen before anything in this stub process
+    starts CUDA, which stage construction guarantees (the engine is its first CUDA user)."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    index = device.partition(":")[2] or "0"
+    if torch.cuda.is_initialized():
+        logger.warning(f"CUDA already started in this process; the engine stays on the "
+                       f"current GPU, not {device}")
+        return
+    # Triton's device id counts the GPUs this process already sees.
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible[int(index)] if visible else index
+
+
+class InprocEngine:
+    """vLLM's LLMEngine with its engine core in this process, driven by one thread: requests
+    and aborts reach it through a queue, outputs go back to each request's asyncio queue on
+    the stage's loop. The same async surface as AsyncLLM (generate, abort, shutdown)."""
+
+    def __init__(self, model: str, args: dict[str, Any], loop: asyncio.AbstractEventLoop):
+        # Read by vLLM when the engine is built: the core must be an InprocClient.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        self.loop = loop
+        self.commands: queue.Queue = queue.Queue()
+        self.streams: dict[str, asyncio.Queue] = {}
+        self.ready = threading.Event()
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(model, args),
+                                       name="vllm-inproc-engine", daemon=True)
+        self.thread.start()
+        self.ready.wait()
+        if self.failure is not None:
+            raise RuntimeError(f"the in-process vLLM engine failed to start: {self.failure!r}") \
+                from self.failure
+
+    def _run(self, model: str, args: dict[str, Any]) -> None:
+        try:
+            from vllm.engine.arg_utils import EngineArgs
+            from vllm.v1.engine.llm_engine import LLMEngine
+
+            engine = LLMEngine.from_engine_args(EngineArgs(model=model, **args))
+        except BaseException as exc:  # noqa: BLE001 - reported to the constructor
+            # A build refused late (a KV cache too large for the node) has already set up
+            # torch.distributed and vLLM's parallel groups in this process: undo them, so a
+            # retry in the same process (a model reload) does not find them taken.
+            _release_vllm_process_state()
+            self.failure = exc
+            self.ready.set()
+            return
+        self.ready.set()
+        try:
+            self._serve(engine)
+        finally:
+            # The engine core's own shutdown frees the KV cache and the worker at finalize
+            # (and where a stage runs inside a longer-lived process, e.g. a test's).
+            try:
+                engine.engine_core.shutdown()
+            finally:
+                _release_vllm_process_state()
+
+    def _serve(self, engine) -> None:
+        while True:
+            # Block for work only when nothing is running.
+            try:
+                command = self.commands.get(block=not engine.has_unfinished_requests())
+            except queue.Empty:
+                command = None
+            while command is not None:
+                if command[0] == "stop":
+                    return
+                if command[0] == "add":
+                    _, request_id, prompt, params = command
+                    try:
+                        engine.add_request(request_id, prompt, params)
+                    except Exception as exc:  # noqa: BLE001 - the request fails, not the engine
+                        self._deliver(request_id, exc)
+                elif command[0] == "abort":
+                    engine.abort_request([command[1]])
+                try:
+                    command = self.commands.get_nowait()
+                except queue.Empty:
+                    command = None
+            if engine.has_unfinished_requests():
+                try:
+                    outputs = engine.step()
+                except Exception as exc:  # noqa: BLE001 - every waiting request learns of it
+                    logger.exception("vLLM engine step failed")
+                    for request_id in list(self.streams):
+                        self._deliver(request_id, exc)
+                    continue
+                for output in outputs:
+                    self._deliver(output.request_id, output)
+
+    def _deliver(self, request_id: str, item) -> None:
+        stream = self.streams.get(request_id)
+        if stream is not None:
+            self.loop.call_soon_threadsafe(stream.put_nowait, item)
+
+    async def generate(self, prompt, params, request_id: str):
+        stream: asyncio.Queue = asyncio.Queue()
+        self.streams[request_id] = stream
+        self.commands.put(("add", request_id, prompt, params))
+        try:
+            while True:
+                item = await stream.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finished:
+                    return
+        finally:
+            self.streams.pop(request_id, None)
+
+    async def abort(self, request_id: str) -> None:
+        self.commands.put(("abort", request_id))
+
+    def shutdown(self) -> None:
+        self.commands.put(("stop",))
+        self.thread.join(timeout=30)
+
+
+def _release_vllm_process_state() -> None:
+    """vLLM's own cleanup of torch.distributed and its parallel groups (a no-op where
+    nothing is set, and where vLLM itself failed to import)."""
+    try:
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    except ImportError:
+        return
+    cleanup_dist_env_and_memory()
+
+
+def chunk_sizes(chunk_frames: int = 25, initial_chunk_frames: int = 0,
+                growth: int | None = None) -> Iterator[int]:
+    """Frames per chunk of a stream, in order, without end: a first chunk of
+    initial_chunk_frames when 0 < initial_chunk_frames < chunk_frames, then chunk_frames
+    each (vLLM-Omni's qwen3_tts boundaries) or, with `growth`, each chunk `growth` times
+    the one before, up to chunk_frames."""
+    if chunk_frames <= 0 or not 0 <= initial_chunk_frames <= chunk_frames or (growth or 2) < 2:
+        raise ValueError(f"need chunk_frames > 0, 0 <= initial_chunk_frames <= chunk_frames "
+                         f"and growth >= 2 if given, got {chunk_frames}, {initial_chunk_frames}, {growth}")
+    size = initial_chunk_frames if 0 < initial_chunk_frames < chunk_frames else chunk_frames
+    while True:
+        yield size
+        size = min(chunk_frames, size * growth) if growth else chunk_frames
+
+
+class FrameChunkTalkerStage(VllmTalkerStage):
+    """An in-process frame talker (tritontts.engine.vllm_frames.LogitsFrameTalker) whose frames go
+    to a stateless codec stage in chunks: first_frames, then frames each (model.json's
+    "chunks"), each after up to left_context_frames earlier frames. The family says which
+    frame ends the stream (`is_end`: not audio, and only ever the last) and what codes a
+    window of frames sends (`window_codes`); `positioned` also sends the window's first
+    frame (a codec whose positions are absolute)."""
+
+    in_process = True
+    positioned = False
+
+    def __init__(self, context: StageContext, default_left_context: int | None = None):
+        super().__init__(context)
+        chunks = self.settings["chunks"]
+        self.chunk_frames, self.first_chunk_frames = int(chunks["frames"]), int(chunks["first_frames"])
+        self.left_context_frames = int(chunks.get("left_context_frames") or default_left_context or 0)
+
+    def is_end(self, frame) -> bool:
+        raise NotImplementedError
+
+    def window_codes(self, frames):
+        """Frames [n, C] (a tensor) -> the codec's codes for them (a numpy array [n, width])."""
+        raise NotImplementedError
+
+    async def frame_chunks(self, prompt_ids: list[int], params, key: str, frames: list, max_frames: int,
+                           cancelled: Callable[[], bool]) -> AsyncIterator[dict[str, Any]]:
+        """Generate, and yield each chunk as soon as its frames are made (`frames` is the
+        stream's list the model appends to)."""
+        from ..protocol import InvalidRequest
+
+        sizes = chunk_sizes(self.chunk_frames, self.first_chunk_frames)
+        sent, size = 0, next(sizes)
+        async for _ in self.generate(prompt_ids, params, key, cancelled):
+            audio = self.audio_frames(frames, max_frames)
+            while audio >= sent + size:
+                yield self.chunk(frames, sent, sent + size, final=False)
+                sent, size = sent + size, next(sizes)
+        audio = self.audio_frames(frames, max_frames)
+        if audio == 0:
+            raise InvalidRequest("the model ended before speaking (its first frame was the end): try another seed")
+        yield self.chunk(frames, sent, audio, final=True)
+
+    def audio_frames(self, frames: list, limit: int) -> int:
+        """Frames that are audio, at most `limit`: all but an end frame, which can only be
+        the last (the engine stops at it)."""
+        ended = bool(frames) and self.is_end(frames[-1])
+        return min(len(frames) - ended, limit)
+
+    def chunk(self, frames: list, start: int, end: int, final: bool) -> dict[str, Any]:
+        import numpy as np
+        import torch
+
+        from ..protocol import IS_FINAL
+
+        first = max(0, start - self.left_context_frames)
+        position = {"first_frame": first} if self.positioned else {}
+        if end <= first:      # ended on a chunk boundary: nothing new to voice
+            codes = self.window_codes(torch.stack(frames[:1]))
+            return {"codes": np.zeros_like(codes), "left_context": 1, **position, IS_FINAL: final}
+        return {"codes": self.window_codes(torch.stack(frames[first:end])), "left_context": start - first,
+                **position, IS_FINAL: final}

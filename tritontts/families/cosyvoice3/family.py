@@ -1,0 +1,46 @@
+"""CosyVoice3's descriptor: voice cloning from a reference recording, 24 kHz."""
+from __future__ import annotations
+
+
+from ...family import Capabilities, Family, lazy
+from .request import KNOWN, parse_cosyvoice3_params
+
+
+def _example_params() -> dict:
+    """A 3 s synthetic reference: enough for the tiny checkpoint's tokenizers."""
+    import base64
+    import io
+
+    import numpy as np
+    import soundfile as sf
+
+    rate = 24000
+    t = np.arange(3 * rate) / rate
+    audio = (0.3 * np.sin(2 * np.pi * 150 * t) * (1 + np.sin(2 * np.pi * 2 * t))).astype(np.float32)
+    buf = io.BytesIO()
+    sf.write(buf, audio, rate, format="WAV")
+    return {"ref_audio": base64.b64encode(buf.getvalue()).decode(),
+            "ref_text": "This is the reference voice."}
+
+
+FAMILY = Family(
+    name="cosyvoice3",
+    description="Fun-CosyVoice3: vLLM talker -> flow matching DiT -> CausalHiFT; clones "
+                "the voice of ref_audio",
+    stages=("cosyvoice3_prompt", "cosyvoice3_talker", "cosyvoice3_flow", "cosyvoice3_hift"),
+    parse_params=parse_cosyvoice3_params,
+    fields=frozenset(KNOWN),
+    capabilities=Capabilities(sample_rate=24000, native_speed=False, reference_audio=True,
+                              instructions=False, languages=("zh", "en", "ja", "ko", "de", "es",
+                                                             "fr", "it", "ru")),
+    checkpoint_help="a Fun-CosyVoice3-0.5B-2512 directory: cosyvoice3.yaml, llm.pt, flow.pt, "
+                    "hift.pt, campplus.onnx, speech_tokenizer_v3.onnx, CosyVoice-BlankEN/",
+    checkpoint_required=True,
+    open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
+    voices=lambda checkpoint: ["default"],
+    voice_encoder="cosyvoice3_prompt",
+    released_names=("FunAudioLLM/Fun-CosyVoice3-0.5B-2512",),
+    write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
+    graphs=lazy(__package__, ".stages:export_graphs"),
+    example_params=_example_params,
+)

@@ -1,0 +1,29 @@
+"""Fish Speech S2 Pro's descriptor: speech in the model's own voice, or cloned from a recording
+and its transcript; 44.1 kHz, streamed in chunks (4 frames first, then 25)."""
+from __future__ import annotations
+
+
+from ...family import Capabilities, Family, lazy, synthetic_reference
+from .request import KNOWN, parse_fish_s2_pro_params
+
+
+FAMILY = Family(
+    name="fish_s2_pro",
+    description="Fish Speech S2 Pro: dual-AR talker on vLLM (slow AR, fast AR over 10 codebooks in "
+                "every step) -> the causal DAC codec, 44.1 kHz; its own voice or ref_audio's",
+    stages=("fish_s2_pro_prompt", "fish_s2_pro_talker", "fish_s2_pro_codec"),
+    parse_params=parse_fish_s2_pro_params,
+    fields=frozenset(KNOWN),
+    capabilities=Capabilities(sample_rate=44100, native_speed=False, reference_audio=True,
+                              instructions=False, languages=("en", "zh", "ja", "ko", "fr", "de", "es", "ar")),
+    checkpoint_help="a fishaudio/s2-pro directory: config.json, model.safetensors (or shards + "
+                    "model.safetensors.index.json), tokenizer.json, codec.pth",
+    checkpoint_required=True,
+    open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
+    voices=lambda checkpoint: ["default"],
+    voice_encoder="fish_s2_pro_prompt",
+    released_names=("fishaudio/s2-pro",),
+    write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
+    # Cloning (the family's richer path); the tiny random talker rarely ends by itself: bounded.
+    example_params=lambda: {"max_new_tokens": 24, **synthetic_reference()},
+)

@@ -1,0 +1,52 @@
+"""Per-request parameters of the GLM-TTS family: the one place that validates them (the
+prompt stage and the HTTP front both call parse_glm_tts_params).
+
+  ref_audio, ref_text   required (GLM-TTS is zero-shot cloning only): a 3-10 s reference
+                        recording (base64 or a data: URL; the front also fetches URLs and
+                        file:// paths into it) and its transcript
+  voice_features        a stored voice (tritontts.voice), replacing ref_audio + ref_text
+  seed                  the talker's sampler and the flow's starting noise
+  top_p, top_k, win_size, tau_r   repetition-aware sampling overrides (upstream's defaults
+                        0.8, 25, 10, 0.1)
+
+What the model cannot do is a 400 that says so: instructions, voice design, a language
+(it reads the language from the text) and speed other than 1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...sampling import sampling_overrides
+from ...protocol import InvalidRequest, reject_unknown, reject_unsupported, seed_param
+from ...voice import VOICE_FEATURES, transcribed_reference
+
+SAMPLING_KNOBS = ("top_p", "top_k", "win_size", "tau_r")
+UNSUPPORTED = {
+    "instructions": "GLM-TTS takes no style instructions; it speaks in the voice and manner "
+                    "of ref_audio",
+    "task_type": "GLM-TTS has one task, speech in the voice of ref_audio; omit task_type",
+    "language": "GLM-TTS reads the language from the text itself; omit language",
+    "speed": "GLM-TTS speaks at speed 1.0 only (it has no duration control); omit speed",
+}
+KNOWN = frozenset({"ref_audio", "ref_text", VOICE_FEATURES, "seed", *SAMPLING_KNOBS, *UNSUPPORTED})
+
+
+@dataclass(frozen=True)
+class GLMTTSParams:
+    ref_audio: bytes | None          # None when voice_features are given
+    ref_text: str | None
+    voice_features: bytes | None
+    seed: int | None
+    sampling: dict = field(default_factory=dict)
+
+
+def parse_glm_tts_params(params: dict[str, Any]) -> GLMTTSParams:
+    reject_unknown(params, KNOWN, "glm_tts")
+    reject_unsupported(params, UNSUPPORTED)
+    ref_audio, ref_text, features = transcribed_reference(params, "GLM-TTS")
+    if ref_audio is None and features is None:
+        raise InvalidRequest("GLM-TTS clones a voice: send ref_audio (a 3-10 s recording) with "
+                             "ref_text (its transcript), or use a voice uploaded with POST /v1/audio/voices")
+    return GLMTTSParams(ref_audio, ref_text, features, seed_param(params),
+                        sampling_overrides(params, SAMPLING_KNOBS))

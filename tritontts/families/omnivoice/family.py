@@ -1,0 +1,34 @@
+"""OmniVoice's descriptor (k2-fsa/OmniVoice): 600+ languages, an automatic voice, voice
+design from attributes in `instructions`, cloning from a reference with its transcript;
+24 kHz. Long input streams one segment (sentence) at a time."""
+from __future__ import annotations
+
+
+from ...family import Capabilities, Family, lazy, synthetic_reference
+from .request import KNOWN, parse_omnivoice_params
+from .text import languages
+
+
+FAMILY = Family(
+    name="omnivoice",
+    description="OmniVoice: bidirectional Qwen3 filling 8 codebooks in 32 unmasking steps "
+                "-> higgs-audio v2 codec",
+    stages=("omnivoice_prompt", "omnivoice_generator", "omnivoice_decoder"),
+    parse_params=parse_omnivoice_params,
+    fields=KNOWN,
+    capabilities=Capabilities(sample_rate=24000, native_speed=True, reference_audio=True,
+                              instructions=True, languages=tuple(languages())),
+    checkpoint_help="a k2-fsa/OmniVoice directory: config.json, model.safetensors, tokenizer "
+                    "files, audio_tokenizer/",
+    checkpoint_required=True,
+    open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
+    voice_encoder="omnivoice_prompt",
+    released_names=("k2-fsa/OmniVoice",),
+    write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
+    graphs=lazy(__package__, ".stages:export_graphs"),
+    # Few steps keep the tiny checkpoint's tests fast; the default is 32.
+    example_params=lambda: {"num_steps": 8},
+    variants={
+        "clone": ({}, lambda: {"num_steps": 8, **synthetic_reference()}),
+    },
+)

@@ -1,0 +1,38 @@
+"""Per-request parameters of the Piper family: the one place that validates them.
+
+Used by the text stage (for every client, tritonclient and perf_analyzer included) and by
+the front (to answer 400 before a request reaches Triton).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...protocol import number_param, reject_unknown, seed_param
+
+KNOWN = {"speed", "noise_scale", "noise_w_scale", "seed"}
+
+
+@dataclass(frozen=True)
+class PiperParams:
+    speed: float = 1.0
+    noise_scale: float | None = None     # None: the voice's own default
+    noise_w_scale: float | None = None
+    seed: int | None = None
+
+
+def parse_piper_params(params: dict[str, Any]) -> PiperParams:
+    reject_unknown(params, KNOWN, "piper")
+    return PiperParams(
+        speed=number_param(params, "speed", 1.0, 0.25, 4.0),
+        noise_scale=number_param(params, "noise_scale", None, 0.0, 2.0),
+        noise_w_scale=number_param(params, "noise_w_scale", None, 0.0, 2.0),
+        seed=seed_param(params),
+    )
+
+
+def scales_for(params: PiperParams, voice_config) -> tuple[float, float, float]:
+    """(noise_scale, length_scale, noise_w_scale) as the VITS graph's `scales` input wants."""
+    noise = voice_config.noise_scale if params.noise_scale is None else params.noise_scale
+    noise_w = voice_config.noise_w_scale if params.noise_w_scale is None else params.noise_w_scale
+    return noise, voice_config.length_scale / params.speed, noise_w

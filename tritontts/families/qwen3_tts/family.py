@@ -1,0 +1,50 @@
+"""Qwen3-TTS's descriptor: preset speakers with instructions (CustomVoice), voices designed
+from a description (VoiceDesign), voice cloning (Base); 24 kHz, 12.5 frames per second.
+What a request may do depends on the loaded checkpoint's kind: the stages answer 400
+naming the checkpoint kind a task needs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...family import Capabilities, Family, lazy, synthetic_reference
+from .request import KNOWN, parse_qwen3_tts_params
+
+
+def _voices(path: Path | None) -> list[str]:
+    if path is None:
+        return ["default"]
+    return ["default", *FAMILY.open_checkpoint(path).speakers]
+
+
+FAMILY = Family(
+    name="qwen3_tts",
+    description="Qwen3-TTS 12 Hz: vLLM talker with its code predictor in every step -> Code2Wav",
+    stages=("qwen3_tts_prompt", "qwen3_tts_talker", "qwen3_tts_code2wav"),
+    parse_params=parse_qwen3_tts_params,
+    fields=frozenset(KNOWN),
+    capabilities=Capabilities(sample_rate=24000, native_speed=False, reference_audio=True,
+                              instructions=True,
+                              languages=("auto", "chinese", "english", "japanese", "korean",
+                                         "german", "french", "russian", "portuguese", "spanish",
+                                         "italian")),
+    checkpoint_help="a Qwen3-TTS-12Hz-{0.6B,1.7B}-{CustomVoice,VoiceDesign,Base} directory: "
+                    "config.json, generation_config.json, model.safetensors, tokenizer files, "
+                    "speech_tokenizer/",
+    checkpoint_required=True,
+    open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
+    voices=_voices,
+    voice_encoder="qwen3_tts_prompt",
+    released_names=tuple(f"Qwen/Qwen3-TTS-12Hz-{size}-{kind}" for size, kind in (
+        ("0.6B", "CustomVoice"), ("1.7B", "CustomVoice"), ("1.7B", "VoiceDesign"),
+        ("0.6B", "Base"), ("1.7B", "Base"))),
+    write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
+    graphs=lazy(__package__, ".stages:export_graphs"),
+    # Random weights rarely sample the end code: bound the frames a test request makes.
+    example_params=lambda: {"max_new_tokens": 24},
+    variants={
+        "voice_design": ({"kind": "voice_design"},
+                         lambda: {"max_new_tokens": 24, "instructions": "A calm, low voice."}),
+        "base": ({"kind": "base"}, lambda: {"max_new_tokens": 24, **synthetic_reference()}),
+    },
+)
+

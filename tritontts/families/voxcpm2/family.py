@@ -1,0 +1,30 @@
+"""VoxCPM2's descriptor: speech in the model's own voice, or cloned from a recording (with
+its transcript, also continued from it); 48 kHz, streamed patch by patch."""
+from __future__ import annotations
+
+
+from ...family import Capabilities, Family, lazy, synthetic_reference
+from .request import KNOWN, parse_voxcpm2_params
+
+
+FAMILY = Family(
+    name="voxcpm2",
+    description="VoxCPM2: MiniCPM4 talker on vLLM with its local DiT in every step -> causal "
+                "AudioVAE, 48 kHz; its own voice or ref_audio's",
+    stages=("voxcpm2_prompt", "voxcpm2_talker", "voxcpm2_audio_vae"),
+    parse_params=parse_voxcpm2_params,
+    fields=frozenset(KNOWN),
+    capabilities=Capabilities(sample_rate=48000, native_speed=False, reference_audio=True,
+                              instructions=False, languages=("zh", "en")),
+    checkpoint_help="an openbmb/VoxCPM2 directory: config.json, model.safetensors, "
+                    "audiovae.safetensors, tokenizer.json + tokenizer_config.json",
+    checkpoint_required=True,
+    open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
+    voices=lambda checkpoint: ["default"],
+    voice_encoder="voxcpm2_prompt",
+    released_names=("openbmb/VoxCPM2",),
+    write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
+    # Cloning (the family's richer path; zero-shot is covered by its own end-to-end tests).
+    # The tiny random talker stops on its own after a few to a few dozen patches: bounded.
+    example_params=lambda: {"max_new_tokens": 24, **synthetic_reference()},
+)

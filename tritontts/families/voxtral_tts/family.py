@@ -1,0 +1,32 @@
+"""Voxtral TTS's descriptor: speech in the checkpoint's preset voices, 24 kHz, 12.5 frames
+per second, streamed in exact chunks (5 frames first, then 25)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...family import Capabilities, Family, lazy
+from .request import KNOWN, parse_voxtral_tts_params
+
+
+def _voices(path: Path | None) -> list[str]:
+    return ["default"] if path is None else ["default", *FAMILY.open_checkpoint(path).config.voices]
+
+
+FAMILY = Family(
+    name="voxtral_tts",
+    description="Voxtral TTS: Ministral talker on vLLM with its flow-matching acoustic transformer "
+                "in every step -> the Voxtral codec; preset voices",
+    stages=("voxtral_tts_prompt", "voxtral_tts_talker", "voxtral_tts_codec"),
+    parse_params=parse_voxtral_tts_params,
+    fields=frozenset(KNOWN),
+    capabilities=Capabilities(sample_rate=24000, native_speed=False, reference_audio=False,
+                              instructions=False, languages=("en", "fr", "es", "de", "it", "pt", "nl", "hi", "ar")),
+    checkpoint_help="a Voxtral TTS directory (Mistral format): params.json, consolidated.safetensors, "
+                    "tekken.json, voice_embedding/NAME.pt",
+    checkpoint_required=True,
+    open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
+    voices=_voices,
+    write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
+    # The tiny random talker rarely ends by itself: bound its frames.
+    example_params=lambda: {"max_new_tokens": 20},
+)

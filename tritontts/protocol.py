@@ -1,0 +1,156 @@
+"""The ensemble protocol every family speaks, and the request validators every parser uses
+(no Triton, no torch: the front imports it).
+
+Every family ensemble takes the same inputs and streams the same outputs, so the front,
+tritonclient users and perf_analyzer talk to all families alike:
+
+  inputs   text   BYTES [1]   UTF-8 text to speak
+           voice  BYTES [1]   voice name ("" = the family's default voice)
+           params BYTES [1]   JSON object of per-request parameters ("" = {}), validated
+                              by the family's own parser (e.g. tritontts.piper.request)
+  outputs  audio        FP32  [-1]  mono samples in [-1, 1] for one chunk
+           sample_rate  INT32 [1]
+           chunk_index  INT32 [1]   0, 1, 2, ... in order
+           is_final     BOOL  [1]   true on the request's last chunk
+
+Between stages, every chunk also carries stream_id (INT64 [1], random per request, set by
+the family's first stage): any per-stream state in a later stage is keyed by it, never by
+instance or arrival order.
+
+Errors: a stage answers a bad request with a TritonError whose message starts with
+INVALID_REQUEST_TAG; the front turns that into HTTP 400 with the rest of the message.
+Any other error is a server fault (HTTP 500).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+TEXT, VOICE, PARAMS = "text", "voice", "params"
+AUDIO, SAMPLE_RATE, CHUNK_INDEX, IS_FINAL = "audio", "sample_rate", "chunk_index", "is_final"
+STREAM_ID = "stream_id"
+ENSEMBLE_INPUTS = (TEXT, VOICE, PARAMS)
+ENSEMBLE_OUTPUTS = (AUDIO, SAMPLE_RATE, CHUNK_INDEX, IS_FINAL)
+STREAM_METADATA = (STREAM_ID, CHUNK_INDEX, IS_FINAL)
+
+INVALID_REQUEST_TAG = "[invalid_request]"
+
+# Longest text one request may carry; longer input is a 400, not an hour of audio.
+MAX_INPUT_CHARS = 4096
+
+
+class InvalidRequest(ValueError):
+    """The request is wrong and the message says what to fix (HTTP 400)."""
+
+
+def check_text(text: str) -> str:
+    """The input text rules every family shares (the front checks them too, for a 400
+    before Triton is asked)."""
+    if not text or not text.strip():
+        raise InvalidRequest("input is empty: give the text to speak")
+    if len(text) > MAX_INPUT_CHARS:
+        raise InvalidRequest(f"input is {len(text)} characters; the limit is {MAX_INPUT_CHARS}: "
+                             "split it into several requests")
+    return text
+
+
+def parse_params(raw: str | bytes | None) -> dict[str, Any]:
+    """Decode the `params` tensor: empty means no parameters."""
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", errors="strict")
+    if not raw:
+        return {}
+    try:
+        params = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"params must be a JSON object: {exc}") from None
+    if not isinstance(params, dict):
+        raise InvalidRequest("params must be a JSON object")
+    return params
+
+
+def split_invalid_request(message: str) -> str | None:
+    """Return the client-facing part of a stage error if it is a request error."""
+    idx = message.find(INVALID_REQUEST_TAG)
+    if idx < 0:
+        return None
+    return message[idx + len(INVALID_REQUEST_TAG):].strip()
+
+
+def reject_unknown(params: dict[str, Any], known: set[str] | frozenset[str], family: str) -> None:
+    """Every family's parser starts here: a field it does not know is a 400 naming it."""
+    unknown = set(params) - set(known)
+    if unknown:
+        raise InvalidRequest(
+            f"unknown parameter(s) {sorted(unknown)} for {family}; known: {sorted(known)}")
+
+
+def reject_unsupported(params: dict[str, Any], unsupported: dict[str, str]) -> None:
+    """Fields other families take that this one cannot honour: a 400 with the family's own
+    reason. speed 1 and an automatic language mean "nothing asked", so they pass."""
+    for name, why in unsupported.items():
+        value = params.get(name)
+        if value is None or (name == "speed" and value == 1) or (name == "language" and value in ("", "auto", "Auto")):
+            continue
+        raise InvalidRequest(f"{name}: {why}")
+
+
+# Largest uploaded audio a request may carry (decoded), e.g. a voice-cloning reference.
+MAX_AUDIO_PARAM_BYTES = 16 * 1024 * 1024
+
+
+def audio_param(value: Any, name: str = "ref_audio") -> bytes:
+    """An audio file sent inside the JSON params: base64, or a browser's data: URL."""
+    import base64
+    import binascii
+
+    if not isinstance(value, str) or not value:
+        raise InvalidRequest(f"{name} must be base64-encoded audio (wav, flac, mp3, ogg) or a data: URL")
+    if value.startswith("data:"):   # data:audio/wav;base64,....
+        value = value.partition(",")[2]
+    if len(value) * 3 // 4 > MAX_AUDIO_PARAM_BYTES:
+        raise InvalidRequest(f"{name} is larger than {MAX_AUDIO_PARAM_BYTES // 2**20} MiB")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{name} must be base64-encoded audio (wav, flac, mp3, ogg)") from None
+
+
+def number_param(params: dict[str, Any], name: str, default: float | None,
+                 low: float, high: float) -> float | None:
+    """A numeric parameter within [low, high], or the default when absent/null."""
+    value = params.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidRequest(f"{name} must be a number between {low} and {high}")
+    if not low <= float(value) <= high:
+        raise InvalidRequest(f"{name} must be between {low} and {high}, got {value}")
+    return float(value)
+
+
+def int_param(params: dict[str, Any], name: str, low: int, high: int) -> int | None:
+    """An integer parameter within [low, high], or None when absent/null."""
+    value = params.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidRequest(f"{name} must be an integer from {low} to {high}, got {value!r}")
+    return value
+
+
+def seed_param(params: dict[str, Any]) -> int | None:
+    value = params.get("seed")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise InvalidRequest("seed must be a non-negative integer below 2**63")
+    return value
+
+
+def at_least_one_row(array: np.ndarray) -> np.ndarray:
+    """Triton tensors here are never empty: a zero-row array travels as one zero row (the
+    count travels beside it)."""
+    return array if array.shape[0] else np.zeros((1,) + array.shape[1:], array.dtype)

@@ -1,0 +1,225 @@
+"""Stage classes, shared by every family's stages (no Triton import: the backend host,
+tritontts/serving/triton_stage.py, wires them to Triton; tests run them directly).
+
+Stage classes: every stage model runs on our Python-based Triton backend (`backend:
+"tritontts"`, tritontts/serving/triton_stage.py), which instantiates the class named by the
+config's `stage` parameter. A stage class only computes; the backend reads its inputs and
+output types from config.pbtxt, checks cancellation, forwards the stream metadata, sends
+responses and maps errors. Three kinds:
+
+  Stage           run(inputs) -> outputs             one response per request; in a
+                                                     decoupled model, scheduled earliest
+                                                     chunk first (tritontts/serving/scheduling.py);
+                                                     run_batch(list) for the dynamic batcher's
+                                                     batches (default: run each); a decoupled
+                                                     model with run_batch sends each result
+                                                     as soon as the stage says it is ready
+  StreamingStage  run(inputs) -> iterator of outputs one response per chunk (decoupled)
+  EngineStage     async run(inputs) -> async iterator   the same on an asyncio loop of the
+                                                     stage's own (an engine such as vLLM)
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+
+import numpy as np
+
+from ..protocol import (
+    AUDIO, PARAMS, SAMPLE_RATE, TEXT, VOICE, InvalidRequest, check_text, parse_params)
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What a stage learns about the Triton model it runs as."""
+    name: str                                  # the model's name
+    model_dir: Path                            # its folder (config.pbtxt, 1/)
+    version: str = "1"
+    parameters: dict[str, str] = field(default_factory=dict)   # config.pbtxt `parameters`
+    instance_count: int = 1
+    device: str = "cpu"                        # "cuda:N" for a KIND_GPU instance on GPU N
+
+    def settings(self, filename: str = "model.json") -> dict[str, Any]:
+        """A JSON file in the version folder (a talker's engine arguments), as vllm_backend
+        keeps its model.json."""
+        path = self.model_dir / self.version / filename
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+    def int_parameter(self, name: str, default: int) -> int:
+        return int(self.parameters.get(name, default))
+
+    def checkpoint(self, family) -> Path | None:
+        """This model's checkpoint: its `checkpoint` parameter (another checkpoint of the
+        family, served beside the default one), else the family's default (launcher)."""
+        path = self.parameters.get("checkpoint")
+        return Path(path) if path else family.checkpoint()
+
+
+class Inputs(dict):
+    """A request's input tensors by name, without the batch dimension. `cancelled()` says
+    whether the client has gone away (the backend wires it to Triton's request)."""
+
+    @staticmethod
+    def cancelled() -> bool:
+        return False
+
+    def scalar(self, name: str, default: Any = None) -> Any:
+        """The first element; BYTES decode to str."""
+        array = self.get(name)
+        if array is None or array.size == 0:
+            return default
+        value = array.reshape(-1)[0]
+        if isinstance(value, bytes):
+            try:
+                return value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidRequest(f"{name} must be UTF-8 text") from None
+        return value.item() if hasattr(value, "item") else value
+
+    def flat(self, name: str) -> np.ndarray:
+        return self[name].reshape(-1)
+
+
+class Stage:
+    """One response per request: `run` returns the outputs by name. Outputs the config
+    declares that are also inputs (stream_id, chunk_index, is_final, forwarded tensors) are
+    passed through unless `run` sets them."""
+
+    def __init__(self, context: StageContext):
+        self.context = context
+
+    def run(self, inputs: Inputs) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def run_batch(self, batch: list[Inputs], ready: Callable[[int, Any], None] | None = None
+                  ) -> list[dict[str, Any] | Exception]:
+        """The requests Triton's dynamic batcher gathered, in order: one result (outputs, or
+        the exception that request fails with) per request. The default runs them one by
+        one; a stage whose network gains from batching computes them together. A stage
+        that computes a batch in parts may call `ready(index, result)` as each part is done:
+        in a decoupled model that result is sent at once (not at the end of the batch)."""
+        results: list[dict[str, Any] | Exception] = []
+        for inputs in batch:
+            try:
+                results.append(self.run(inputs))
+            except Exception as exc:  # noqa: BLE001 - that request fails, not the batch
+                results.append(exc)
+        return results
+
+    def encode_voice(self, inputs: Inputs) -> bytes:
+        """A family's prompt stage that stores cloned voices (Family.voice_encoder) returns
+        the reference's packed features (tritontts.voice) for a request that asks for its
+        `voice_features` output alone."""
+        raise InvalidRequest(f"{self.context.name} does not encode voices")
+
+    def close(self) -> None:
+        """Called when Triton unloads the model."""
+
+
+class WindowDecoderStage(Stage):
+    """A stateless chunk decoder (a causal codec or VAE): each request is a window of frames
+    (`window` input, frames first) whose first `left_context` frames only give context, so
+    the window's newer frames decode exactly as in the whole utterance. Windows of equal
+    length, from any streams, are decoded as one batch; each keeps only its new samples.
+    A subclass sets `window`, `hop` (samples per frame) and `sample_rate`, checks a window in
+    `check_window` and decodes a stack of them in `decode_windows`."""
+
+    window: str
+    hop: int
+    sample_rate: int
+
+    def check_window(self, window: np.ndarray) -> None:
+        """Raise InvalidRequest for a window this decoder cannot take."""
+
+    def decode_windows(self, windows: np.ndarray) -> np.ndarray:
+        """[B, frames, ...] -> audio [B, frames * hop]."""
+        raise NotImplementedError
+
+    def run(self, inputs: Inputs) -> dict[str, Any]:
+        (result,) = self.run_batch([inputs])
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def run_batch(self, batch: list[Inputs], ready: Callable[[int, Any], None] | None = None
+                  ) -> list[dict[str, Any] | Exception]:
+        results: list[dict[str, Any] | Exception | None] = [None] * len(batch)
+        groups: dict[int, list[int]] = {}
+        for i, inputs in enumerate(batch):
+            window, context = inputs[self.window], int(inputs.scalar("left_context"))
+            try:
+                self.check_window(window)
+                if not 0 <= context <= window.shape[0]:
+                    raise InvalidRequest(f"left_context {context} is not within the window's {window.shape[0]} frames")
+            except InvalidRequest as exc:
+                results[i] = exc
+                continue
+            groups.setdefault(window.shape[0], []).append(i)
+        for members in groups.values():
+            audio = self.decode_windows(np.stack([np.asarray(batch[i][self.window]) for i in members]))
+            for row, i in enumerate(members):
+                skip = int(batch[i].scalar("left_context")) * self.hop
+                results[i] = {AUDIO: audio[row, skip:], SAMPLE_RATE: self.sample_rate}
+        return results  # type: ignore[return-value]
+
+
+class StreamingStage(Stage):
+    """Many responses per request (a decoupled model): `run` yields one output dict per
+    chunk. chunk_index is numbered 0, 1, ... for you. A chunk that sets is_final is sent at
+    once; one that does not is held until the next chunk (or the end) shows whether it was
+    the last, so only cheap-to-produce chunks should leave is_final to the base."""
+
+    def run(self, inputs: Inputs) -> Iterator[dict[str, Any]]:
+        raise NotImplementedError
+
+
+class EngineStage(StreamingStage):
+    """A streaming stage whose work runs on an asyncio loop of its own (vllm_backend's
+    engine host): `run` is an async generator, scheduled on that loop; the backend sends
+    its responses from another thread, off the loop. Closing the generator (the client
+    went away) is where an engine request is aborted."""
+
+    def __init__(self, context: StageContext):
+        super().__init__(context)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever,
+                                        name=f"{context.name}-loop", daemon=True)
+        self._thread.start()
+
+    def submit(self, coro: Awaitable) -> Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    async def run(self, inputs: Inputs) -> AsyncIterator[dict[str, Any]]:
+        raise NotImplementedError
+        yield {}  # pragma: no cover - makes this an async generator
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@dataclass(frozen=True)
+class RequestStart:
+    """What a family's first stage derives from the ensemble inputs."""
+    text: str
+    voice: str
+    params: Any            # the family parser's result
+    seed: int              # the request's seed, or a random one
+    stream_id: int         # random per request: keys per-stream state in later stages
+
+
+def begin_request(inputs: Inputs, parser: Callable[[dict[str, Any]], Any]) -> RequestStart:
+    """Check text, parse params with the family's parser, pick seed and stream_id."""
+    text = check_text(inputs.scalar(TEXT, ""))
+    params = parser(parse_params(inputs.scalar(PARAMS, "")))
+    seed = getattr(params, "seed", None)
+    return RequestStart(text, inputs.scalar(VOICE, ""), params,
+                        seed if seed is not None else secrets.randbits(62), secrets.randbits(63))

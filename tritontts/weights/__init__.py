@@ -1,0 +1,2 @@
+"""Checkpoint reading (files, configs, strict loading, weight-norm folding) and random
+weights for the tiny test checkpoints."""
