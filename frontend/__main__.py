@@ -25,7 +25,7 @@ import uvicorn
 
 from tritontts.weights.checkpoint import CheckpointError
 from tritontts.families import DEFAULT_FAMILY, FAMILIES, family_of
-from tritontts.deploy.profiles import PROFILES, gpu_ids
+from tritontts.deploy.profiles import DEFAULT_GPU_MEMORY_GIB, PROFILES, gpu_ids
 
 from .app import create_app
 from .media import MediaPolicy
@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpus", type=gpu_ids, default=[0], metavar="IDS",
                         help="GPU ids the gpu profile places stage instances on, e.g. 0,1 "
                              "(default: 0)")
+    parser.add_argument("--gpu-memory-gib", type=float, default=DEFAULT_GPU_MEMORY_GIB,
+                        metavar="GIB", help="memory of one card in the gpu profile; the vLLM "
+                        "engines served get their shares of it (default: %(default)g)")
     parser.add_argument("--api-key", default=os.environ.get("TRITONTTS_API_KEY"),
                         help="require `Authorization: Bearer KEY` on every route but /health "
                              "(default: $TRITONTTS_API_KEY; unset: no key)")
@@ -244,7 +247,8 @@ def instance_repositories(instances: dict[str, str], source: Path | None = None)
     return (out,)
 
 
-def profile_repository(profile: str, models: list[str], gpus: list[int]) -> Path | None:
+def profile_repository(profile: str, models: list[str], gpus: list[int],
+                       gpu_memory_gib: float = DEFAULT_GPU_MEMORY_GIB) -> Path | None:
     """For a profile other than cpu: a fresh temporary folder with the stages of the served
     models (and the cancel model) rewritten for it; None for cpu (model_repository/ as is)."""
     if profile == "cpu":
@@ -252,19 +256,19 @@ def profile_repository(profile: str, models: list[str], gpus: list[int]) -> Path
     import tempfile
 
     from tritontts.serving.cancellation import CANCEL_MODEL
-    from tritontts.deploy.profiles import (
-        TALKERS, ProfileError, check_talker_shares, write_profile_repository)
+    from tritontts.deploy.profiles import ProfileError, check_engines, write_profile_repository
 
-    stages = [stage for model in models for stage in family_of(model).stages]
+    # Each served checkpoint runs an engine of its own: a family's vLLM stages count once
+    # per served model.
+    engines = [stage for model in models for stage in family_of(model).stages]
     try:
-        # Each served checkpoint runs an engine of its own, so a family's talker share
-        # counts once per checkpoint.
-        check_talker_shares([stage for stage in stages if stage in TALKERS])
+        check_engines(engines, gpu_memory_gib=gpu_memory_gib)
     except ProfileError as exc:
         raise LaunchError(f"--profile {profile}: {exc}") from None
     out = Path(tempfile.mkdtemp(prefix=f"tritontts-{profile}-"))
     try:
-        write_profile_repository(profile, sorted({*stages, CANCEL_MODEL}), out, gpus=gpus)
+        write_profile_repository(profile, sorted({*engines, CANCEL_MODEL}), out, gpus=gpus,
+                                 engines=engines, gpu_memory_gib=gpu_memory_gib)
     except BaseException:
         remove([out])
         raise
@@ -304,7 +308,7 @@ def main(argv=None) -> int:
         from tritontts.deploy.tritonserver import MODEL_REPOSITORIES, TritonServer
 
         try:
-            profiled = profile_repository(args.profile, models, args.gpus)
+            profiled = profile_repository(args.profile, models, args.gpus, args.gpu_memory_gib)
             temporary += [profiled] if profiled else []
             repositories = instance_repositories(instances, profiled)
             temporary += repositories

@@ -16,13 +16,22 @@ from frontend.__main__ import parse_args, profile_repository
 from tritontts.deploy import profiles
 from tritontts.families import FAMILIES
 from tritontts.deploy.profiles import (
-    CPU_STAGES, GPU_PARAMETERS, GPU_STAGES, ONE_INSTANCE, TALKER_BUDGET, TALKERS, ProfileError,
-    config_text, write_profile_repository)
+    ENGINE_BUDGET, GPU_SIZING_FILE, ProfileError, check_engines, config_text, engine_shares,
+    gpu_sizing, write_profile_repository)
 from tritontts.deploy.repository import (
     ENSEMBLE_REPOSITORY, STAGE_REPOSITORY, ensemble_config, read_config, write_instance)
 
 STAGES = profiles.stage_names()
 GPU, CPU = mc.ModelInstanceGroup.Kind.KIND_GPU, mc.ModelInstanceGroup.Kind.KIND_CPU
+SIZING = {stage: gpu_sizing(STAGE_REPOSITORY / stage) for stage in STAGES}
+ENGINES = sorted(s for s in STAGES if profiles.talker_settings_path(STAGE_REPOSITORY / s))
+CPU_STAGES = {s for s in STAGES if SIZING[s].device == "cpu"}
+WITH_PARAMETERS = sorted(s for s in STAGES if SIZING[s].parameters)
+# What every engine served together on an 80 GiB card got from the global table this
+# replaced (each gpu.json's weights + KV cache were written to keep it): a regression check.
+FORMER_SHARES = {"cosyvoice3_talker": 0.05, "qwen3_tts_talker": 0.08, "higgs_audio_v2_talker": 0.17,
+                 "glm_tts_talker": 0.07, "voxcpm2_talker": 0.07, "voxtral_tts_talker": 0.11,
+                 "fish_s2_pro_talker": 0.13, "gepard_talker": 0.03, "auk_encoder": 0.09}
 
 
 @pytest.fixture(scope="module")
@@ -40,22 +49,38 @@ def engine_args(repository: Path, stage: str) -> dict:
     return json.loads((repository / stage / "1" / "model.json").read_text())["engine_args"]
 
 
-def test_the_tables_name_real_stages_and_every_talker_has_a_share():
-    talkers = [s for s in STAGES if profiles.talker_settings_path(STAGE_REPOSITORY / s)]
-    assert sorted(talkers) == sorted(TALKERS)
-    for table in (GPU_STAGES, CPU_STAGES, GPU_PARAMETERS):
-        assert set(table) <= set(STAGES)
-    assert not set(GPU_STAGES) & set(CPU_STAGES)
+def test_every_stage_declares_its_gpu_sizing_and_every_vllm_stage_its_engine():
+    for stage in STAGES:
+        assert SIZING[stage].why, stage
+        assert (SIZING[stage].engine is not None) == (stage in ENGINES), stage
+    assert ENGINES and CPU_STAGES and WITH_PARAMETERS
 
 
-def test_all_talkers_together_fit_the_budget():
-    assert sum(t.share for t in TALKERS.values()) <= TALKER_BUDGET
+def test_all_engines_on_one_80_gib_card_get_the_shares_of_the_former_table():
+    shares = check_engines(ENGINES)
+    assert shares == pytest.approx(FORMER_SHARES, abs=1e-4)
+    assert sum(shares.values()) <= ENGINE_BUDGET + 1e-6
+
+
+def test_engines_served_alone_or_twice_share_what_the_budget_leaves_by_kv_size():
+    engines = {s: SIZING[s].engine for s in ENGINES}
+    alone = engine_shares(engines, {"cosyvoice3_talker": 1})
+    assert alone == {"cosyvoice3_talker": ENGINE_BUDGET}          # the whole budget, not 0.05
+    twice = engine_shares(engines, {"qwen3_tts_talker": 2})       # two checkpoints: two engines
+    assert twice == {"qwen3_tts_talker": ENGINE_BUDGET / 2}
+    pair = engine_shares(engines, {"glm_tts_talker": 1, "voxcpm2_talker": 1}, gpu_memory_gib=141)
+    glm, vox = engines["glm_tts_talker"], engines["voxcpm2_talker"]
+    spare = ENGINE_BUDGET * 141 - glm.need_gib - vox.need_gib
+    assert pair["glm_tts_talker"] == pytest.approx(
+        (glm.need_gib + spare * glm.kv_cache_gib / (glm.kv_cache_gib + vox.kv_cache_gib)) / 141, abs=1e-4)
+    assert sum(pair.values()) == pytest.approx(ENGINE_BUDGET, abs=1e-3)
 
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_each_stage_runs_where_the_profile_says(gpu_repository, stage):
     source, profiled = config(STAGE_REPOSITORY, stage), config(gpu_repository, stage)
     kinds = {g.kind for g in profiled.instance_group}
+    sizing = SIZING[stage]
     if stage in CPU_STAGES:
         assert kinds == {CPU}
         assert profiled.instance_group == source.instance_group
@@ -63,14 +88,10 @@ def test_each_stage_runs_where_the_profile_says(gpu_repository, stage):
     else:
         assert kinds == {GPU}
         assert all(list(g.gpus) == [0] for g in profiled.instance_group)
-        sizing = GPU_STAGES.get(stage)
         counts = [g.count for g in profiled.instance_group]
-        if sizing is None:      # not in the table: the committed counts and batch size
-            assert counts == [g.count for g in source.instance_group]
-            assert profiled.max_batch_size == source.max_batch_size
-        else:
-            assert counts == [sizing.count] * len(counts)
-            assert profiled.max_batch_size == sizing.max_batch_size
+        # What gpu.json leaves out stays as committed.
+        assert counts == [sizing.instances or g.count for g in source.instance_group]
+        assert profiled.max_batch_size == (sizing.max_batch_size or source.max_batch_size)
     # Only placement, sizing and parameters change: tensors and batching stay as committed.
     assert profiled.name == source.name and profiled.backend == source.backend
     assert profiled.input == source.input and profiled.output == source.output
@@ -78,7 +99,7 @@ def test_each_stage_runs_where_the_profile_says(gpu_repository, stage):
     assert profiled.model_transaction_policy == source.model_transaction_policy
 
 
-@pytest.mark.parametrize("stage", sorted(GPU_PARAMETERS))
+@pytest.mark.parametrize("stage", WITH_PARAMETERS)
 def test_runtime_and_precision_are_set_once(gpu_repository, stage):
     text = (gpu_repository / stage / "config.pbtxt").read_text()
     parameters = config(gpu_repository, stage).parameters
@@ -88,7 +109,7 @@ def test_runtime_and_precision_are_set_once(gpu_repository, stage):
     for key in ("runtime", "precision"):
         assert text.count(f'key: "{key}"') == 1
     source = config(STAGE_REPOSITORY, stage).parameters
-    assert all(parameters[k] == v for k, v in source.items() if k not in GPU_PARAMETERS[stage])
+    assert all(parameters[k] == v for k, v in source.items() if k not in SIZING[stage].parameters)
 
 
 def test_a_parameter_already_there_is_replaced_not_repeated(tmp_path):
@@ -98,6 +119,7 @@ def test_a_parameter_already_there_is_replaced_not_repeated(tmp_path):
     text = (STAGE_REPOSITORY / stage / "config.pbtxt").read_text()
     (source / stage / "config.pbtxt").write_text(
         text + 'parameters { key: "runtime" value: { string_value: "torch" } }\n')
+    shutil.copy(STAGE_REPOSITORY / stage / GPU_SIZING_FILE, source / stage)
     write_profile_repository("gpu", [stage], tmp_path / "out", source=source)
     written = (tmp_path / "out" / stage / "config.pbtxt").read_text()
     assert written.count('key: "runtime"') == 1
@@ -113,14 +135,14 @@ def test_the_leading_comments_stay(gpu_repository):
         assert comments and written[:len(comments)] == comments, stage
 
 
-@pytest.mark.parametrize("stage", sorted(TALKERS))
+@pytest.mark.parametrize("stage", ENGINES)
 def test_talker_engine_arguments_are_for_cuda_vllm(gpu_repository, stage):
     source = engine_args(STAGE_REPOSITORY, stage)
     args = engine_args(gpu_repository, stage)
     assert "kv_cache_memory_bytes" not in args
-    assert args["gpu_memory_utilization"] == TALKERS[stage].share
+    assert args["gpu_memory_utilization"] == check_engines(ENGINES)[stage]
     assert args["dtype"] == "bfloat16"
-    assert args["enforce_eager"] is (not TALKERS[stage].cuda_graphs)
+    assert args["enforce_eager"] is (not SIZING[stage].engine.cuda_graphs)
     rewritten = {"kv_cache_memory_bytes", "gpu_memory_utilization", "dtype", "enforce_eager"}
     assert {k: v for k, v in args.items() if k not in rewritten} == \
         {k: v for k, v in source.items() if k not in rewritten}
@@ -131,8 +153,8 @@ def test_talker_engine_arguments_are_for_cuda_vllm(gpu_repository, stage):
 
 
 def test_talker_shares_in_the_written_repository_fit_the_budget(gpu_repository):
-    assert sum(engine_args(gpu_repository, t)["gpu_memory_utilization"] for t in TALKERS) \
-        <= TALKER_BUDGET
+    assert sum(engine_args(gpu_repository, t)["gpu_memory_utilization"] for t in ENGINES) \
+        <= ENGINE_BUDGET + 1e-6
 
 
 def test_every_ensemble_is_copied_and_still_wires_over_the_profiled_stages(gpu_repository):
@@ -158,7 +180,7 @@ def test_gpus_list_places_instances_and_talkers_and_one_instance_stages_stay_on_
     for stage in STAGES:
         if stage in CPU_STAGES:
             continue
-        want = [2] if stage in TALKERS or stage in ONE_INSTANCE else [2, 3]
+        want = [2] if stage in ENGINES or SIZING[stage].one_instance else [2, 3]
         assert all(list(g.gpus) == want for g in config(tmp_path, stage).instance_group), stage
 
 
@@ -187,8 +209,21 @@ def test_errors_name_what_to_change(tmp_path):
         write_profile_repository("tpu", None, tmp_path)
     with pytest.raises(ProfileError, match="no stage"):
         write_profile_repository("gpu", ["bogus"], tmp_path)
-    with pytest.raises(ProfileError, match="TALKERS"):
-        profiles.check_talker_shares(list(TALKERS) * 2)
+    with pytest.raises(ProfileError, match="--gpu-memory-gib"):
+        check_engines(ENGINES * 2)
+    check_engines(ENGINES * 2, gpu_memory_gib=160)      # a 160 GiB card holds them twice
+    source = tmp_path / "source"
+    shutil.copytree(STAGE_REPOSITORY / "cosyvoice3_talker", source / "cosyvoice3_talker")
+    sizing = source / "cosyvoice3_talker" / GPU_SIZING_FILE
+    sizing.write_text(json.dumps({"device": "gpu", "why": "a talker without its engine"}))
+    with pytest.raises(ProfileError, match=f"{sizing}.*declare its \"engine\""):
+        write_profile_repository("gpu", None, tmp_path / "out", source=source)
+    sizing.write_text(json.dumps({"device": "tpu", "why": "?"}))
+    with pytest.raises(ProfileError, match=f"{sizing}: an object with device"):
+        write_profile_repository("gpu", None, tmp_path / "out", source=source)
+    sizing.unlink()
+    with pytest.raises(ProfileError, match=f"{sizing}: every stage declares"):
+        write_profile_repository("gpu", None, tmp_path / "out", source=source)
 
 
 def test_an_extra_checkpoint_copies_the_profiled_stages(gpu_repository, tmp_path):
@@ -202,9 +237,9 @@ def test_an_extra_checkpoint_copies_the_profiled_stages(gpu_repository, tmp_path
     assert config(tmp_path, "qwen3_tts-base").platform == "ensemble"
 
 
-def test_launcher_takes_profile_and_gpus():
-    args = parse_args(["--profile", "gpu", "--gpus", "0,1"])
-    assert args.profile == "gpu" and args.gpus == [0, 1]
+def test_launcher_takes_profile_gpus_and_gpu_memory():
+    args = parse_args(["--profile", "gpu", "--gpus", "0,1", "--gpu-memory-gib", "141"])
+    assert args.profile == "gpu" and args.gpus == [0, 1] and args.gpu_memory_gib == 141
     assert parse_args([]).profile in profiles.PROFILES
     with pytest.raises(SystemExit):
         parse_args(["--profile", "tpu"])

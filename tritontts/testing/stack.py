@@ -245,10 +245,12 @@ class StackPool:
     def prepare(self, families: tuple[str, ...]) -> None:
         """What a server of `families` needs done once per run before it starts (servers
         the caller starts itself too): the talkers' model inspection (inspect_talker_models)."""
+        from ..deploy.profiles import talker_settings_path
+        from ..deploy.repository import STAGE_REPOSITORY
         from ..families import FAMILIES
-        from ..deploy.profiles import TALKERS
 
-        if not self.inspected and any(s in TALKERS for f in families for s in FAMILIES[f].stages):
+        if not self.inspected and any(talker_settings_path(STAGE_REPOSITORY / s)
+                                      for f in families for s in FAMILIES[f].stages):
             self.inspected = True
             inspect_talker_models(self.caches)
 
