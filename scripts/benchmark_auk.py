@@ -84,7 +84,7 @@ def reference_speed(checkpoint, tokens: int, batches=(1, 8)) -> dict[int, float]
     from safetensors import safe_open
 
     from tritontts.families.auk.random_checkpoint import VISION_TINY
-    from tritontts.testing.references import auk_fused_condition
+    from tritontts.families.auk.upstream import auk_fused_condition
 
     # The vision tower is never run here: a tiny one keeps 2.7 GB out of this arm's memory.
     # Tensors are copied in one at a time (fp32 model + one bf16 tensor, not two models).
@@ -133,7 +133,7 @@ def dit_steps(root: Path, frames: int = 250, text_tokens: int = 60) -> None:
     """Seconds per Euler step per request: ours batched vs vLLM-Omni's one at a time."""
     from tritontts.families.auk.checkpoint import open_checkpoint
     from tritontts.families.auk.dit import SampleRequest, load_transformer, sample_latents
-    from tritontts.testing.references import auk_module
+    from tritontts.families.auk.upstream import auk_module
 
     torch.set_num_threads(2)
     ckpt = open_checkpoint(root)
@@ -179,7 +179,7 @@ def vae_decode(root: Path, frames: int = 250) -> None:
     """5 s of latents decoded: ours whole, ours in the stage's chunks, vLLM-Omni's whole."""
     from tritontts.families.auk.checkpoint import open_checkpoint
     from tritontts.families.auk.vae import chunk_bounds, load_vae
-    from tritontts.testing.references import auk_module
+    from tritontts.families.auk.upstream import auk_module
 
     torch.set_num_threads(2)
     ckpt = open_checkpoint(root)

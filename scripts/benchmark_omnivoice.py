@@ -67,7 +67,7 @@ def reference_speed(checkpoint, frames: int, steps: int, batches=(1, 8)) -> dict
     from safetensors.torch import load_file
 
     from tritontts.families.omnivoice.prompt import TextTokenizer
-    from tritontts.testing.references import omnivoice_module
+    from tritontts.families.omnivoice.upstream import omnivoice_module
 
     with omnivoice_module("omnivoice.models.omnivoice") as module:
         config = module.OmniVoiceConfig(**json.loads((checkpoint.root / "config.json").read_text()))

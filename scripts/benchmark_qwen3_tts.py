@@ -96,7 +96,7 @@ def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
 def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
     from safetensors.torch import load_file
 
-    from tritontts.testing.references import qwen_tts_module
+    from tritontts.families.qwen3_tts.upstream import qwen_tts_module
 
     _, _, ids, speaker = prompts(checkpoint, max(batches))
     speed = {}

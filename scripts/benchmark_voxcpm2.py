@@ -74,7 +74,7 @@ def vllm_speed(checkpoint, patches: int, batches=(1, 8)) -> dict[int, float]:
 
 
 def reference_speed(checkpoint, patches: int, batches=(1, 8)) -> dict[int, float]:
-    from tritontts.testing.references import voxcpm2_reference_model
+    from tritontts.families.voxcpm2.upstream import voxcpm2_reference_model
 
     model = voxcpm2_reference_model(checkpoint.root, audio_vae=False)
     prompt = build_prompt_of(checkpoint)

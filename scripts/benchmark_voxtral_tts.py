@@ -4,7 +4,7 @@ weights, on this machine, in one run:
 
 1. talker frames per second: our vLLM talker (paged attention, the acoustic transformer
    inside each step, batched across requests, each request's own noise) vs the reference
-   loop (tritontts.testing.references.voxtral_reference_frames: transformers' Mistral with
+   loop (tritontts.families.voxtral_tts.upstream.voxtral_reference_frames: transformers' Mistral with
    its KV cache + vLLM-Omni 0.30's FlowMatchingAudioTransformer per frame, the batch's rows
    in one forward), fp32 both, batch 1 and 8 (the same prompt 8 times), equal CPU threads
    (each arm in a process of its own: tritontts/benchmark/arms.py). A request ends early
@@ -66,7 +66,7 @@ def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
 
 def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
     from tritontts.weights.checkpoint import read_tensors
-    from tritontts.testing.references import voxtral_reference_frames, voxtral_reference_talker
+    from tritontts.families.voxtral_tts.upstream import voxtral_reference_frames, voxtral_reference_talker
     from tritontts.families.voxtral_tts.checkpoint import WEIGHTS_FILE
     from tritontts.families.voxtral_tts.talker import (
         CODEBOOK_EMBEDDINGS, FrameEmbeddings, place_voice)

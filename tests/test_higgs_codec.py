@@ -89,7 +89,7 @@ def test_perturbed_weight_and_shifted_codes_break_the_transformers_bound(decoder
 
 @torch.no_grad()
 def test_decoder_matches_vllm_omni_omnivoice_decoder_within_1e4(decoder, model_dir):
-    from tritontts.testing.references import vllm_omni_module
+    from tritontts.upstream import vllm_omni_module
 
     with vllm_omni_module("vllm_omni.model_executor.models.omnivoice.omnivoice_decoder") as module:
         reference = module.OmniVoiceDecoder(types.SimpleNamespace(sample_rate=24000))
@@ -441,7 +441,7 @@ def released_pair(tmp_path_factory):
 def test_legacy_decoder_matches_vllm_omni_boson_decoder_within_1e4_at_released_size(released_pair):
     """An independent reading of boson's names: vLLM-Omni's model.pth path (its key remap
     and its copy of boson's weight-normed DAC decoder)."""
-    from tritontts.testing.references import vllm_omni_module
+    from tritontts.upstream import vllm_omni_module
 
     legacy_dir = released_pair[1]
     with vllm_omni_module("vllm_omni.model_executor.models.higgs_audio_v2.higgs_audio_decoder") as module:

@@ -10,7 +10,7 @@ from tritontts.families.auk.dit import (
     AuKTransformer, SampleRequest, load_transformer, sample_latents, time_grid)
 from tritontts.weights.checkpoint import CheckpointError
 from tritontts.weights.random_weights import randomize
-from tritontts.testing.references import auk_module
+from tritontts.families.auk.upstream import auk_module
 
 TINY = dict(dim=64, heads=2, dim_head=32, ff_mult=2, text_hidden_dim=48, num_layers=2,
             num_single_layers=2, latent_dim=64, attn_mask_enabled=True)

@@ -61,7 +61,7 @@ def check_plan(sizes: list[int], frames: int) -> None:
 ])
 def test_a_seeded_stream_equals_the_reference_pipeline_and_follows_the_chunk_plan(stack, random_checkpoints,
                                                                                    text, params, instruction):
-    from tritontts.testing.references import auk_reference_audio
+    from tritontts.families.auk.upstream import auk_reference_audio
 
     params = {"seed": 5, **({} if "t_grid" in params else {"num_inference_steps": STEPS}), **params}
     got, sizes = served(stack, text, params)
@@ -78,7 +78,7 @@ def test_a_seeded_stream_equals_the_reference_pipeline_and_follows_the_chunk_pla
 
 def test_an_edit_of_a_clip_keeps_its_length_and_equals_the_reference_with_a_posterior_draw(stack,
                                                                                          random_checkpoints):
-    from tritontts.testing.references import auk_reference_audio
+    from tritontts.families.auk.upstream import auk_reference_audio
 
     audio, encoded = clip_wav(1.3)
     params = {"instructions": "Add rain to the recording.", "ref_audio": encoded, "seed": 9,

@@ -17,7 +17,7 @@ from tritontts.families.auk.checkpoint import open_checkpoint
 from tritontts.families.auk.prompt import IM_END, PromptBuilder, rendered
 from tritontts.families.auk.random_checkpoint import write_random_checkpoint
 from tritontts.testing.engine import close_engine, frames_engine
-from tritontts.testing.references import auk_fused_condition
+from tritontts.families.auk.upstream import auk_fused_condition
 
 INSTRUCTIONS = ('Generate speech based on the following description: "A clear, natural voice.". '
                 'The content to speak is: "Hello there, how are you today?".',

@@ -18,7 +18,7 @@ from tritontts.families.auk.vae import (
     released_state_dict)
 from tritontts.weights.checkpoint import CheckpointError
 from tritontts.weights.random_weights import save_safetensors
-from tritontts.testing.references import auk_module
+from tritontts.families.auk.upstream import auk_module
 
 # The released hop (prod of the rates is 480) with narrow layers.
 TINY = dict(upsample_rates=[5, 4, 3, 2, 2, 2], upsample_kernel_sizes=[10, 8, 6, 4, 4, 4],

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tritontts.testing.references import s3tokenizer_utils
+from tritontts.upstream import s3tokenizer_utils
 from tritontts.audio import decode_audio
 from tritontts.families.cosyvoice3.features import prompt_mel
 from tritontts.nn.mel import kaldi_fbank
@@ -66,7 +66,7 @@ def omni_mel():
     """vLLM-Omni 0.30's CosyVoice3 feat_extractor (matcha-style mel_spectrogram)."""
     import transformers.audio_utils  # noqa: F401 - before torchaudio's stand-in exists
 
-    from tritontts.testing.references import vllm_omni_module
+    from tritontts.upstream import vllm_omni_module
 
     stand_ins = {"torchaudio": {}, "torchaudio.compliance": {}, "torchaudio.compliance.kaldi": {},
                  "vllm_omni.utils.audio": {"mel_filter_bank": slaney_basis}}

@@ -236,8 +236,8 @@ def test_stream_equals_whole_utterance():
 @pytest.fixture(scope="module")
 def vllm_omni_hifigan():
     """vllm_omni's cosyvoice3 hifigan module (hifigan.py, common/snake_activation.py load
-    for real; tritontts.testing.references.vllm_omni_module)."""
-    from tritontts.testing.references import vllm_omni_module
+    for real; tritontts.upstream.vllm_omni_module)."""
+    from tritontts.upstream import vllm_omni_module
 
     with vllm_omni_module("vllm_omni.model_executor.models.cosyvoice3.code2wav_core.hifigan") as hifigan:
         yield hifigan

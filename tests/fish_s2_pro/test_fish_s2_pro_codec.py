@@ -14,7 +14,7 @@ import torch
 from tritontts.weights.checkpoint import CheckpointError, ConfigFields
 from tritontts.families.fish_s2_pro.codec import (
     FishCodec, FishCodecConfig, load_codec, load_codec_file, random_codec_state)
-from tritontts.testing.references import vllm_omni_module
+from tritontts.upstream import vllm_omni_module
 
 # Small widths; the released layer plan (4 encoder and 4 decoder rates, transformer in the
 # last encoder block, 10 books, 2 x 2 quantizer downsampling). The encoder transformer's

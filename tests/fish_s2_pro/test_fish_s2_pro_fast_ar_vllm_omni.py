@@ -65,7 +65,7 @@ def pair():
 def _pair(vllm_config):
     from vllm.config.vllm import set_current_vllm_config
 
-    from tritontts.testing.references import vllm_omni_module
+    from tritontts.upstream import vllm_omni_module
 
     from tritontts.families.fish_s2_pro.random_checkpoint import random_state
 

@@ -21,7 +21,7 @@ from tritontts.weights.checkpoint import CheckpointError
 from tritontts.families.gepard.codec import (
     CONFIG_MEMBER, WEIGHTS_MEMBER, NanoCodecConfig, NanoCodecDecoder, fold_weight_norm,
     nemo_model_config, read_nemo_codec, read_nemo_config, write_random_nemo_codec)
-from tritontts.testing.references import vllm_omni_module
+from tritontts.upstream import vllm_omni_module
 
 
 def random_codes(config: NanoCodecConfig, frames: int, batch: int = 2, seed: int = 1) -> torch.Tensor:

@@ -22,7 +22,7 @@ def in_process_audio(root, text: str, seed: int, frames: int) -> np.ndarray:
     from tritontts.families.gepard.checkpoint import open_checkpoint
     from tritontts.families.gepard.codec import NanoCodecDecoder
     from tritontts.families.gepard.prompt import GepardPromptBuilder
-    from tritontts.testing.references import gepard_reference_frames, gepard_reference_talker
+    from tritontts.families.gepard.upstream import gepard_reference_frames, gepard_reference_talker
 
     ckpt = open_checkpoint(root)
     backbone, omni = gepard_reference_talker(ckpt)

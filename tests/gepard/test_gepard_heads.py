@@ -10,7 +10,8 @@ import torch
 from tritontts.families.gepard.checkpoint import open_checkpoint
 from tritontts.families.gepard.heads import GepardHeads, heads_state
 from tritontts.families.gepard.prompt import GepardPromptBuilder, prompt_ids
-from tritontts.testing.references import GEPARD_STAND_INS, gepard_reference_talker, vllm_omni_module
+from tritontts.families.gepard.upstream import GEPARD_STAND_INS, gepard_reference_talker
+from tritontts.upstream import vllm_omni_module
 
 
 @pytest.fixture(scope="module")

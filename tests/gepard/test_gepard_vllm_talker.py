@@ -1,7 +1,7 @@
 """Gepard's talker on vLLM (tritontts.families.gepard.vllm_model: vLLM's Qwen3.5 layers with our fp32
 gated-delta core, the heads drawing each frame in compute_logits) against the references on
 the same tiny checkpoint, fp32: transformers' Qwen3_5ForCausalLM (its own cache and torch
-Gated-DeltaNet) with vLLM-Omni 0.30's Gepard heads (tritontts.testing.references)."""
+Gated-DeltaNet) with vLLM-Omni 0.30's Gepard heads (tritontts.families.gepard.upstream)."""
 from __future__ import annotations
 
 import gc
@@ -13,7 +13,7 @@ from tritontts.families.gepard.checkpoint import open_checkpoint
 from tritontts.families.gepard.prompt import GepardPromptBuilder
 from tritontts.families.gepard.random_checkpoint import write_random_checkpoint
 from tritontts.testing.engine import close_engine, frames_engine
-from tritontts.testing.references import gepard_reference_frames, gepard_reference_talker
+from tritontts.families.gepard.upstream import gepard_reference_frames, gepard_reference_talker
 
 MAX_FRAMES = 16
 TEXTS = ("Hello there, how are you today?", "One more.",

@@ -18,7 +18,8 @@ from tritontts.weights.checkpoint import CheckpointError
 from tritontts.families.glm_tts.flow import (
     FlowCache, GLMTTSDiT, GLMTTSFlow, block_attention_mask, build_flow, flow_state_dict,
     frame_noise)
-from tritontts.testing.references import glm_tts_dit_stand_ins, vllm_omni_module
+from tritontts.families.glm_tts.upstream import glm_tts_dit_stand_ins
+from tritontts.upstream import vllm_omni_module
 
 TINY = dict(dim=128, depth=2, heads=2, ff_mult=2, vocab=300, token_dim=32, conv_layers=2,
             cond_dim=80, speaker_adaln=True)

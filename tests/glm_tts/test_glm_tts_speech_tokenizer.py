@@ -31,7 +31,7 @@ from tritontts.weights.checkpoint import CheckpointError
 from tritontts.families.glm_tts.speech_tokenizer import (
     PREFIX, WhisperVQEncoder, WhisperVQSpeechTokenizer, checkpoint_shapes, parse_config,
     random_speech_tokenizer_config, write_random_speech_tokenizer)
-from tritontts.testing.references import vllm_omni_module
+from tritontts.upstream import vllm_omni_module
 
 RATE = 16000
 STRIDE = 640                     # samples per token: conv stride 2 x pooling 2 x hop 160

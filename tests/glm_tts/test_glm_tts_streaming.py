@@ -38,7 +38,8 @@ from tritontts.families.glm_tts.talker import BLOCK_SIZES, Chunker
 from tritontts.families.glm_tts.vocoder import load_hift
 from tritontts.protocol import AUDIO
 from tritontts.serving.stage import Inputs, StageContext
-from tritontts.testing.references import glm_tts_dit_stand_ins, vllm_omni_module
+from tritontts.families.glm_tts.upstream import glm_tts_dit_stand_ins
+from tritontts.upstream import vllm_omni_module
 
 pytestmark = pytest.mark.usefixtures("torch_two_threads")
 

@@ -49,8 +49,8 @@ def hift_paths(tmp_path_factory) -> dict[str, object]:
 def reference():
     """vLLM-Omni's GLM-TTS vocoder module (for ConvRNNF0Predictor) and the cosyvoice3
     hifigan module (HiFTGenerator) it builds on, imported through
-    tritontts.testing.references.vllm_omni_module."""
-    from tritontts.testing.references import vllm_omni_module
+    tritontts.upstream.vllm_omni_module."""
+    from tritontts.upstream import vllm_omni_module
 
     with vllm_omni_module("vllm_omni.model_executor.models.glm_tts.vocoder") as vocoder:
         hifigan = importlib.import_module(

@@ -13,7 +13,7 @@ from tritontts.families.omnivoice.generator import (
     UnmaskJob, UnmaskSettings, load_generator, unmask, unmask_schedule)
 from tritontts.families.omnivoice.prompt import TextTokenizer, build_sequence
 from tritontts.families.omnivoice.text import resolve_instructions
-from tritontts.testing.references import omnivoice_module
+from tritontts.families.omnivoice.upstream import omnivoice_module
 
 TOLERANCE = 1e-4
 TEXT = "The birch canoe slid on the smooth planks."

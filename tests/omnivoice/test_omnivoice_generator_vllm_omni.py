@@ -42,7 +42,7 @@ from torch import nn
 from tritontts.families.omnivoice.checkpoint import open_checkpoint
 from tritontts.families.omnivoice.generator import UnmaskJob, UnmaskSettings, load_generator, unmask
 from tritontts.families.omnivoice.prompt import TextTokenizer, build_sequence
-from tritontts.testing.references import vllm_omni_module
+from tritontts.upstream import vllm_omni_module
 
 TOLERANCE = 1e-4
 TEXT = "The birch canoe slid on the smooth planks."

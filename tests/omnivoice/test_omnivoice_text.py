@@ -17,7 +17,8 @@ from tritontts.families.omnivoice.text import (
     add_punctuation, combine_text, languages, prompt_token_ids, resolve_instructions,
     resolve_language, style_text, text_part)
 from tritontts.protocol import InvalidRequest
-from tritontts.testing.references import omnivoice_module, vllm_omni_module
+from tritontts.families.omnivoice.upstream import omnivoice_module
+from tritontts.upstream import vllm_omni_module
 
 CONTROL_TOKENS = ("<|denoise|>", "<|lang_start|>", "<|lang_end|>", "<|instruct_start|>",
                   "<|instruct_end|>", "<|text_start|>", "<|text_end|>")

@@ -19,7 +19,7 @@ from tritontts.families.qwen3_tts.random_checkpoint import _config, write_random
 from tritontts.families.qwen3_tts.request import check_task, parse_qwen3_tts_params
 from tritontts.families.qwen3_tts.talker import Qwen3TTSTalker, load_talker
 from tritontts.protocol import InvalidRequest
-from tritontts.testing.references import qwen_tts_module
+from tritontts.families.qwen3_tts.upstream import qwen_tts_module
 
 
 @pytest.fixture(scope="module")

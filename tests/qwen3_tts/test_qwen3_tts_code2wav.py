@@ -123,7 +123,7 @@ def write_speech_tokenizer(folder, decoder_state: dict, decoder_config: dict, **
 
 @pytest.fixture(scope="module")
 def qwen_tts_tokenizer():
-    from tritontts.testing.references import qwen_tts_module
+    from tritontts.families.qwen3_tts.upstream import qwen_tts_module
 
     with qwen_tts_module("qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2") as module:
         yield module
@@ -240,7 +240,7 @@ def test_chunked_decode_matches_reference_chunked_decode(reference, ours):
 def vllm_omni_tokenizer():
     """vLLM-Omni 0.30's copy of the tokenizer modeling file (its own SnakeBeta, mask cache
     and streaming paths; forward(codes) without caches is its exact decode)."""
-    from tritontts.testing.references import vllm_omni_module
+    from tritontts.upstream import vllm_omni_module
 
     package = "vllm_omni.model_executor.models.qwen3_tts.tokenizer_12hz."
     try:

@@ -82,7 +82,7 @@ class Omni:
 def setup(tmp_path_factory):
     """The checkpoint, our predictor, vLLM-Omni's (Omni) and the inputs.
 
-    vLLM-Omni is imported file by file (tritontts.testing.references.vllm_omni_module: its
+    vLLM-Omni is imported file by file (tritontts.upstream.vllm_omni_module: its
     package __init__ patches another vLLM version). Its Qwen3-TTS code predictor is plain torch
     (nn.Linear with packed qkv / gate_up, nn.Embedding, its own RMSNorm and RoPE, SDPA with
     is_causal and no KV cache: every step re-prefills all 17 positions) plus vLLM's
@@ -102,7 +102,7 @@ def setup(tmp_path_factory):
     (vllm_omni/platforms/interface.py:160-162), and _setup_compile calls it
     (models/common/qwen3_code_predictor.py:749). A VllmConfig() (defaults) is passed as the
     talker passes its own; only load_weights' set_current_vllm_config reads it."""
-    from tritontts.testing.references import vllm_omni_module
+    from tritontts.upstream import vllm_omni_module
 
     root = write_random_checkpoint(tmp_path_factory.mktemp("qwen3-tts"), kind="custom_voice")
     checkpoint = open_checkpoint(root)

@@ -28,7 +28,8 @@ from tritontts.families.qwen3_tts.speaker_encoder import (
 from tritontts.families.qwen3_tts.speech_encoder import (
     SpeechEncoder, SpeechEncoderConfig, load_speech_encoder)
 from tritontts.protocol import InvalidRequest
-from tritontts.testing.references import qwen_tts_module, vllm_omni_module
+from tritontts.families.qwen3_tts.upstream import qwen_tts_module
+from tritontts.upstream import vllm_omni_module
 
 SPEAKER_CONFIG = dict(enc_dim=12, enc_channels=[16, 16, 16, 16, 48], enc_kernel_sizes=[5, 3, 3, 3, 1],
                       enc_dilations=[1, 2, 3, 4, 1], enc_attention_channels=8, enc_res2net_scale=4,

@@ -12,7 +12,7 @@ from tritontts.families.qwen3_tts.prompt import (
     TextTokenizer, base_prompt, custom_voice_prompt, voice_design_prompt)
 from tritontts.families.qwen3_tts.random_checkpoint import write_random_checkpoint
 from tritontts.families.qwen3_tts.talker import TopKTopPSampler, greedy, load_talker
-from tritontts.testing.references import qwen_tts_module
+from tritontts.families.qwen3_tts.upstream import qwen_tts_module
 
 TEXT = "Hello there, how are you today?"
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tritontts.weights.checkpoint import CheckpointError
-from tritontts.testing.references import voxcpm_module
+from tritontts.families.voxcpm2.upstream import voxcpm_module
 from tritontts.families.voxcpm2.audio_vae import (
     TINY_CONFIG, TINY_RELEASED_RATES_CONFIG, AudioVAEConfig, decoder_context_frames,
     load_audio_vae, write_random_audio_vae)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tritontts.weights.checkpoint import CheckpointError
-from tritontts.testing.references import voxcpm_module
+from tritontts.families.voxcpm2.upstream import voxcpm_module
 from tritontts.families.voxcpm2.checkpoint import REQUIRED_FILES, open_checkpoint, parse_config
 
 HEAD = 32

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from tritontts.testing.references import voxcpm_module
+from tritontts.families.voxcpm2.upstream import voxcpm_module
 from tritontts.families.voxcpm2.local import LocalCFM, LocDiT, LocEnc, ScalarQuantizer
 from tritontts.families.voxcpm2.minicpm4 import MiniCPM4Config
 

@@ -35,7 +35,7 @@ def ours(ckpt):
 
 @pytest.fixture(scope="module")
 def upstream(ckpt):
-    from tritontts.testing.references import voxcpm2_reference_model
+    from tritontts.families.voxcpm2.upstream import voxcpm2_reference_model
 
     return voxcpm2_reference_model(ckpt)
 
@@ -77,9 +77,9 @@ def _upstream_kwargs(mode, path):
 def test_tokenizer_splits_multichar_cjk_tokens_as_upstream(ours, ckpt):
     from transformers import LlamaTokenizerFast
 
-    from tritontts.testing.references import _package_module
+    from tritontts.upstream import package_module
 
-    with _package_module("voxcpm", ("modules", "model"), "voxcpm.model.utils", {"librosa": {}}) as m:
+    with package_module("voxcpm", ("modules", "model"), "voxcpm.model.utils", {"librosa": {}}) as m:
         upstream = m.mask_multichar_chinese_tokens(LlamaTokenizerFast.from_pretrained(str(ckpt)))
     tokenizer = ours[3]
     assert tokenizer.multichar, "the tiny vocabulary has multi-character CJK tokens"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tritontts.weights.checkpoint import ConfigFields
-from tritontts.testing.references import vllm_omni_module
+from tritontts.upstream import vllm_omni_module
 from tritontts.families.voxtral_tts.acoustic import END_AUDIO, AcousticConfig, AcousticTransformer
 
 ARGS = {"semantic_codebook_size": 300, "acoustic_codebook_size": 21, "n_acoustic_codebook": 36,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tritontts.weights.checkpoint import ConfigFields
-from tritontts.testing.references import vllm_omni_module
+from tritontts.upstream import vllm_omni_module
 from tritontts.families.voxtral_tts.codec import PREFIX, CodecConfig, load_codec
 
 # Small widths; the released rates and layer plan (patch 240, 4 x 2 layers, windows 2-16).

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tritontts.testing.references import voxtral_reference_frames, voxtral_reference_talker
+from tritontts.families.voxtral_tts.upstream import voxtral_reference_frames, voxtral_reference_talker
 from tritontts.families.voxtral_tts.checkpoint import open_checkpoint
 from tritontts.families.voxtral_tts.random_checkpoint import write_random_checkpoint
 from tritontts.families.voxtral_tts.talker import VoxtralTalker, talker_state
