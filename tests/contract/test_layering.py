@@ -55,3 +55,24 @@ def test_every_function_a_descriptor_names_lazily_resolves(name):
         assert callable(value.resolve()), f"{name}.{field}: {value!r} is not a function"
     if family.checkpoint_required:
         assert "open_checkpoint" in named and "write_random_checkpoint" in named, sorted(named)
+
+
+def test_the_one_layering_exception_stays_a_leaf():
+    """A family's benchmark may import the benchmark and testing helpers (ignore_imports in
+    pyproject.toml) because nothing imports it: it is a program, run with python -m."""
+    import grimp
+
+    graph = grimp.build_graph("tritontts", "frontend")
+    benchmarks = sorted(m for m in graph.modules if m.startswith("tritontts.families.")
+                        and m.endswith(".benchmark"))
+    assert len(benchmarks) == len(FAMILIES)
+    for module in benchmarks:
+        assert not graph.find_modules_that_directly_import(module), module
+
+
+def test_a_family_benchmark_reruns_itself_as_a_module():
+    from tritontts.benchmark.arms import arm_command
+    from tritontts.families.gepard import benchmark
+
+    assert arm_command(Path(benchmark.__file__))[1:] == ["-m", "tritontts.families.gepard.benchmark"]
+    assert arm_command(REPO / "scripts" / "x.py")[1:] == [str(REPO / "scripts" / "x.py")]

@@ -42,9 +42,20 @@ def report_arm(result: dict[str, Any]) -> None:
                       "torch_threads": torch.get_num_threads()}), flush=True)
 
 
+def arm_command(script: Path) -> list[str]:
+    """How to run a benchmark again in a process of its own: a module of this package (a
+    family's benchmark.py) with -m, so its folder does not become sys.path[0]."""
+    path = Path(script).resolve()
+    package = Path(__file__).resolve().parents[1]
+    if path.is_relative_to(package):
+        module = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+        return [sys.executable, "-m", module]
+    return [sys.executable, str(path)]
+
+
 def run_arm(script: Path, arm: str, threads: int, args: list[str]) -> dict[str, Any]:
     """`python script --arm ARM *args` at `threads` threads; its JSON line."""
-    out = subprocess.run([sys.executable, str(script), "--arm", arm, *args],
+    out = subprocess.run([*arm_command(script), "--arm", arm, *args],
                          env=arm_environment(threads), capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{arm} arm failed ({out.returncode}):\n{out.stderr[-3000:]}")
@@ -68,7 +79,7 @@ def compare_talker_arms(script: Path, arm_args: list[str], threads: str, unit: s
 
 @dataclass(frozen=True)
 class TalkerBenchmark:
-    """What a family's talker benchmark script (scripts/benchmark_<family>.py) differs in; the
+    """What a family's talker benchmark script (tritontts/families/<family>/benchmark.py) differs in; the
     command line, the arms in processes of their own, the table and the serving run are
     `talker_benchmark_main`'s."""
     script: Path                                  # the script itself (arms re-run it)

@@ -1,6 +1,6 @@
 """A family served through tritonserver + the front on a checkpoint, measured the way every
 family benchmark reports it: time to first audio (median) and real-time factor per stream
-at each concurrency, streaming PCM (scripts/benchmark_<family>.py)."""
+at each concurrency, streaming PCM (tritontts/families/<family>/benchmark.py)."""
 from __future__ import annotations
 
 import json

@@ -16,9 +16,9 @@ random weights, on this machine, in one run:
    context) against one whole decode of the same frames, for several N, at released size:
    the error the stage's 25-frame context costs, and what more context would buy.
 
-  .venv/bin/python scripts/benchmark_fish_s2_pro.py [--checkpoint DIR] [--frames 30]
+  .venv/bin/python -m tritontts.families.fish_s2_pro.benchmark [--checkpoint DIR] [--frames 30]
                                                     [--threads 2] [--skip-talker] [--skip-serving]
-  .venv/bin/python scripts/benchmark_fish_s2_pro.py --codec-context [--checkpoint DIR]
+  .venv/bin/python -m tritontts.families.fish_s2_pro.benchmark --codec-context [--checkpoint DIR]
 
 Without --checkpoint a random released-size checkpoint is written to .cache/ once (bf16, as
 released).

@@ -8,7 +8,7 @@
 2. served through tritonserver + the front: time to first audio and real-time factor at
    concurrency 1 and 4 (streaming PCM).
 
-  .venv/bin/python scripts/benchmark_qwen3_tts.py [--checkpoint DIR] [--frames 32] [--threads 1,2]
+  .venv/bin/python -m tritontts.families.qwen3_tts.benchmark [--checkpoint DIR] [--frames 32] [--threads 1,2]
                                                  [--skip-talker] [--skip-serving]
 
 Without --checkpoint a random 0.6B CustomVoice checkpoint is written to .cache/ once.

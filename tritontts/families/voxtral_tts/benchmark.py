@@ -13,7 +13,7 @@ weights, on this machine, in one run:
 2. served through tritonserver + the front: time to first audio and real-time factor at
    concurrency 1 and 4 (streaming PCM), preset voice.
 
-  .venv/bin/python scripts/benchmark_voxtral_tts.py [--checkpoint DIR] [--frames 30]
+  .venv/bin/python -m tritontts.families.voxtral_tts.benchmark [--checkpoint DIR] [--frames 30]
                                                     [--threads 2] [--skip-talker] [--skip-serving]
 
 Without --checkpoint a random released-size checkpoint is written to .cache/ once (bf16, as

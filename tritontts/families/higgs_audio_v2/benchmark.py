@@ -10,7 +10,7 @@ weights, on this machine, in one run:
 2. served through tritonserver + the front: time to first audio and real-time factor at
    concurrency 1 and 4 (streaming PCM).
 
-  .venv/bin/python scripts/benchmark_higgs_audio_v2.py [--checkpoint DIR] [--frames 40]
+  .venv/bin/python -m tritontts.families.higgs_audio_v2.benchmark [--checkpoint DIR] [--frames 40]
                                                       [--threads 2] [--skip-talker] [--skip-serving]
 
 Without --checkpoint a random released-size checkpoint is written to .cache/ once. DualFFN

@@ -9,7 +9,7 @@
 2. served through tritonserver + the front: time to first audio and real-time factor at
    concurrency 1 and 4 (streaming PCM), cloning a 3 s reference.
 
-  .venv/bin/python scripts/benchmark_glm_tts.py [--checkpoint DIR] [--tokens 100]
+  .venv/bin/python -m tritontts.families.glm_tts.benchmark [--checkpoint DIR] [--tokens 100]
                                                 [--threads 2] [--skip-talker] [--skip-serving]
 
 Without --checkpoint a random released-size checkpoint is written to .cache/ once (the talker

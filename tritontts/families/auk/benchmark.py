@@ -14,9 +14,9 @@ weights, on this machine, each measurement side by side with its reference in on
 4. --vae: decoding 5 s (250 frames): our VAE whole and in the stage's chunks (10, then
    doubling to 200, each with its context), vs vLLM-Omni 0.30's AuKVAE.decode.
 
-  .venv/bin/python scripts/benchmark_auk.py [--checkpoint DIR] [--tokens 80] [--threads 2]
+  .venv/bin/python -m tritontts.families.auk.benchmark [--checkpoint DIR] [--tokens 80] [--threads 2]
                                             [--skip-talker] [--skip-serving]
-  .venv/bin/python scripts/benchmark_auk.py --dit | --vae [--checkpoint DIR]
+  .venv/bin/python -m tritontts.families.auk.benchmark --dit | --vae [--checkpoint DIR]
 
 Without --checkpoint a random released-size AuK-Flash checkpoint (vLLM-Omni's layout) is
 written to .cache/ once (bf16, as released: about 11 GB; no vision tower).

@@ -11,7 +11,7 @@ random weights, on this machine, in one run:
    concurrency 1 and 4 (streaming PCM, one-sentence texts, so one segment each: the first
    audio is that sentence's; the default 32 steps).
 
-  .venv/bin/python scripts/benchmark_omnivoice.py [--checkpoint DIR] [--frames 50] [--steps 8]
+  .venv/bin/python -m tritontts.families.omnivoice.benchmark [--checkpoint DIR] [--frames 50] [--steps 8]
                                                  [--threads 2] [--rounds 2] [--skip-generator]
                                                  [--skip-serving]
 

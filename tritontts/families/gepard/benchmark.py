@@ -13,9 +13,9 @@ random weights, on this machine, in one run:
 2. served through tritonserver + the front: time to first audio and real-time factor at
    concurrency 1 and 4 (streaming PCM).
 
-  .venv/bin/python scripts/benchmark_gepard.py [--checkpoint DIR] [--frames 30]
+  .venv/bin/python -m tritontts.families.gepard.benchmark [--checkpoint DIR] [--frames 30]
                                                [--threads 2] [--skip-talker] [--skip-serving]
-  .venv/bin/python scripts/benchmark_gepard.py --codec-context [--checkpoint DIR]
+  .venv/bin/python -m tritontts.families.gepard.benchmark --codec-context [--checkpoint DIR]
 
 Without --checkpoint a random released-size checkpoint is written to .cache/ once (bf16, as
 released would be: 1.6 GB, and the 250 MB codec archive).

@@ -11,7 +11,7 @@ tritontts/families/voxcpm2/random_checkpoint.py) with random weights, on this ma
 2. served through tritonserver + the front: time to first audio and real-time factor at
    concurrency 1 and 4 (streaming PCM), zero-shot.
 
-  .venv/bin/python scripts/benchmark_voxcpm2.py [--checkpoint DIR] [--patches 30]
+  .venv/bin/python -m tritontts.families.voxcpm2.benchmark [--checkpoint DIR] [--patches 30]
                                                 [--threads 2] [--skip-talker] [--skip-serving]
 
 Without --checkpoint a random released-size checkpoint is written to .cache/ once (bf16, as

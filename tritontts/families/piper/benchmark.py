@@ -8,7 +8,7 @@ Rounds alternate the arms (peer, ours, ours, peer, ...) so this machine's drift 
 Beside them, the compute ceiling: the same sentences' VITS alone, in this process, one
 1-thread onnxruntime session call per core at a time (no phonemizing, no serving).
 
-  .venv/bin/python scripts/benchmark_piper.py [--rounds 4] [--json out.json]
+  .venv/bin/python -m tritontts.families.piper.benchmark [--rounds 4] [--json out.json]
 
 (This checkout against another one, e.g. before a refactor: scripts/benchmark_checkouts.py;
 every family at every load: python -m tritontts.benchmark.)

@@ -6,7 +6,7 @@
 2. The served pipeline (tritonserver + front, streaming): time to first audio and
    real-time factor (wall time / audio seconds) per request.
 
-  .venv/bin/python scripts/benchmark_cosyvoice3.py [--checkpoint DIR] [--threads 1,2]
+  .venv/bin/python -m tritontts.families.cosyvoice3.benchmark [--checkpoint DIR] [--threads 1,2]
                                                    [--skip-talker] [--skip-serving]
 
 Without --checkpoint it writes a random released-size checkpoint into .cache/ first (3.4 GB).
@@ -17,15 +17,13 @@ import argparse
 import base64
 import io
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
+from tritontts.testing.stack import REPO
 from tritontts.benchmark.arms import enter_arm, report_arm, run_arm  # noqa: E402
 
 NEW_TOKENS = 64
