@@ -54,6 +54,7 @@ class Capabilities:
     native_speed: bool = False            # `speed` changes the synthesis itself
     reference_audio: bool = False         # clones a voice from ref_audio (+ ref_text)
     instructions: bool = False            # honours style `instructions`
+    preset_voices: bool = False           # has named voices of its own (a speaker table)
     languages: tuple[str, ...] = ("en",)
     streaming: bool = True                # audio leaves in chunks while synthesis goes on
     # `input` may be empty when `instructions` carry the whole request (AuK: an edit of a clip,

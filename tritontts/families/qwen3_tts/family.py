@@ -22,7 +22,7 @@ FAMILY = Family(
     stages=("qwen3_tts_prompt", "qwen3_tts_talker", "qwen3_tts_code2wav"),
     parse_params=parse_qwen3_tts_params,
     fields=frozenset(KNOWN),
-    capabilities=Capabilities(sample_rate=24000, native_speed=False, reference_audio=True,
+    capabilities=Capabilities(preset_voices=True, sample_rate=24000, native_speed=False, reference_audio=True,
                               instructions=True,
                               languages=("auto", "chinese", "english", "japanese", "korean",
                                          "german", "french", "russian", "portuguese", "spanish",

@@ -19,7 +19,7 @@ FAMILY = Family(
     stages=("voxtral_tts_prompt", "voxtral_tts_talker", "voxtral_tts_codec"),
     parse_params=parse_voxtral_tts_params,
     fields=frozenset(KNOWN),
-    capabilities=Capabilities(sample_rate=24000, native_speed=False, reference_audio=False,
+    capabilities=Capabilities(preset_voices=True, sample_rate=24000, native_speed=False, reference_audio=False,
                               instructions=False, languages=("en", "fr", "es", "de", "it", "pt", "nl", "hi", "ar")),
     checkpoint_help="a Voxtral TTS directory (Mistral format): params.json, consolidated.safetensors, "
                     "tekken.json, voice_embedding/NAME.pt",

@@ -1,0 +1,54 @@
+"""The docs stay true to the code: the README's family table is the one the descriptors
+generate, every registered family has its page, the README stays short, and every relative
+link in the README and docs/ points at a file that exists."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tritontts.deploy.family_table import BEGIN, END, family_table, with_table
+from tritontts.families import FAMILIES
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+PAGES = sorted([README, *(REPO / "docs").rglob("*.md")])
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def test_the_readme_family_table_is_the_generated_one():
+    text = README.read_text()
+    assert with_table(text) == text, "run python -m tritontts.deploy.family_table"
+    block = text[text.index(BEGIN):text.index(END)]
+    assert all(f"[{name}](docs/families/{name}.md)" in block for name in FAMILIES)
+
+
+def test_a_descriptor_change_makes_the_table_stale(monkeypatch):
+    """Control: the check above can fail."""
+    from dataclasses import replace
+
+    family = FAMILIES["gepard"]
+    monkeypatch.setitem(FAMILIES, "gepard", replace(family, description="something else"))
+    assert family_table() not in README.read_text()
+
+
+def test_every_family_has_its_page_and_every_page_a_family():
+    pages = {p.stem for p in (REPO / "docs" / "families").glob("*.md")}
+    assert pages == set(FAMILIES)
+
+
+def test_the_readme_is_short():
+    assert len(README.read_text().splitlines()) <= 250
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_resolves(page):
+    broken = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = (page.parent / target.split("#")[0]).resolve()
+        if not path.exists():
+            broken.append(target)
+    assert not broken, f"{page.relative_to(REPO)}: {broken}"
