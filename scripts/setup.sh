@@ -116,7 +116,9 @@ and rerun"
 }
 
 STAMP=$VENV/.tritontts-setup
-WANT=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+# Each family's upstream packages for its parity tests: tritontts/families/*/upstream.txt.
+UPSTREAM_PINS=$(cat tritontts/families/*/upstream.txt 2>/dev/null | sed 's/#.*//' | tr -s ' \n' ' ')
+WANT=$( { cat pyproject.toml scripts/setup.sh; echo "$UPSTREAM_PINS"; } | sha256sum | cut -d' ' -f1)
 HAVE=$(cat "$STAMP" 2>/dev/null || true)
 # A full install (what the tests need) serves a minimal request too; not the other way round.
 if [ "$HAVE" != "$WANT full" ] && { [ "$LEVEL" = full ] || [ "$HAVE" != "$WANT minimal" ]; }; then
@@ -149,14 +151,13 @@ if [ "$HAVE" != "$WANT full" ] && { [ "$LEVEL" = full ] || [ "$HAVE" != "$WANT m
     (cd "$tmp" && "$VENV/bin/python" -m zipfile -e tritonclient-2.51.0-*.whl x >/dev/null)
     install -m 0755 "$tmp"/x/tritonclient-2.51.0.data/data/bin/perf_analyzer "$VENV/bin/perf_analyzer.bin"
     rm -rf "$tmp"
-    # Reference implementations for parity tests, unpacked beside the venv, never installed:
-    # vllm-omni registers a vLLM plugin that breaks stock vLLM, and both want torchaudio.
+    # Upstream implementations for parity tests, unpacked beside the venv, never installed:
+    # vllm-omni registers a vLLM plugin that breaks stock vLLM, and they want torchaudio.
+    # Shared by several families here; each family's own in its upstream.txt.
     rm -rf "$VENV/reference" && mkdir -p "$VENV/reference"
     tmp=$(mktemp -d)
-    # mizuoto-fishspeech (an op-by-op port of Fish Speech S2; Fish research licence + GPL-3.0)
-    # is a test-time reference only: nothing we serve imports it.
-    pip_or_die download -q --no-deps -d "$tmp" vllm-omni==0.30.0 s3tokenizer==0.3.0 qwen-tts-compat==0.1.1.post1 \
-      omnivoice==0.2.1 voxcpm==2.0.3 mizuoto-fishspeech==0.2.3 mizuoto==0.2.16 nanocodec-torch==1.0.0
+    # shellcheck disable=SC2086 # one word per pin
+    pip_or_die download -q --no-deps -d "$tmp" vllm-omni==0.30.0 s3tokenizer==0.3.0 $UPSTREAM_PINS
     for wheel in "$tmp"/*.whl; do "$VENV/bin/python" -m zipfile -e "$wheel" "$VENV/reference" >/dev/null; done
     rm -rf "$VENV/reference"/*.dist-info "$tmp"
     "$VENV/bin/python" -c 'import site, sys; open(site.getsitepackages()[0] + "/tritontts-reference.pth", "w").write(sys.argv[1] + "\n")' "$VENV/reference"

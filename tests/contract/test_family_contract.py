@@ -1,5 +1,5 @@
 """The family contract: what every registered family does on its tiny checkpoint, through
-the real tritonserver and front. A new family registers one line in tritontts/families.py
+the real tritonserver and front. A new family registers one line in tritontts/families/__init__.py
 and must pass all of this unchanged.
 
 Each family gets a stack serving only that family (module-scoped parameter, so pytest runs
@@ -60,10 +60,13 @@ def speech(served, family, example, **fields) -> httpx.Response:
                       json={k: v for k, v in body.items() if v is not None}, timeout=300)
 
 
-def test_grpc_chunks_are_numbered_from_0_and_only_the_last_is_final(served, family, example):
+def test_grpc_chunks_are_numbered_from_0_only_the_last_is_final_and_streaming_sends_several(
+        served, family, example):
     chunks, error = stream_model(served.grpc_url, family.name, TEXT, params={**example, "seed": 1},
                                  timeout=300)
     assert error is None and chunks
+    if family.capabilities.streaming:       # two sentences: audio leaves before the end
+        assert len(chunks) >= 2, f"{family.name} declares streaming and sent one chunk"
     assert [int(c.as_numpy("chunk_index")[0, 0]) for c in chunks] == list(range(len(chunks)))
     finals = [bool(c.as_numpy("is_final")[0, 0]) for c in chunks]
     assert finals == [False] * (len(chunks) - 1) + [True]

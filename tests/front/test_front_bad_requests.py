@@ -1,6 +1,6 @@
 """The bad-request table (tritontts/testing/bad_requests.py) against the front on a scripted
 Triton: every case gets its status and a message that says what to fix, and none of them
-reaches Triton. (tests/test_speech_api_e2e.py runs the same table on the real server.)"""
+reaches Triton. (tests/server/test_speech_api_e2e.py runs the same table on the real server.)"""
 from __future__ import annotations
 
 import json

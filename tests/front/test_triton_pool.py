@@ -1,7 +1,7 @@
 """TritonPool (frontend/triton_pool.py) over scripted servers: least-loaded choice, failover
 before the first chunk and not after, health in and out of the rotation, 503 when none
 answers, and the pool behind the app's /health. The real thing, two tritonservers with one
-killed mid-run, is tests/test_triton_pool_e2e.py."""
+killed mid-run, is tests/server/test_triton_pool_e2e.py."""
 from __future__ import annotations
 
 import asyncio
@@ -10,7 +10,7 @@ import pytest
 
 from frontend.triton_client import StageRejected, TritonUnavailable
 from frontend.triton_pool import TritonPool
-from tests.front.fake_triton import FakeTritonClient, run_async, serving
+from fake_triton import FakeTritonClient, run_async, serving
 
 
 def pool_of(*fakes: FakeTritonClient, interval: float = 3600.0) -> TritonPool:

@@ -5,7 +5,7 @@ text condition.
 The layers are vLLM's own Qwen2 stack (Qwen2Model: paged attention, fused QKV and gate/up
 weights loaded from the thinker's shards). vLLM's Qwen2.5-Omni thinker class is not used: it
 imports Qwen2.5-VL's image processing, which needs torchvision, and no torchvision build
-loads beside this CPU torch (see docs/families/gepard.md). For text and audio alone its multimodal
+loads beside this CPU torch. For text and audio alone its multimodal
 RoPE is plain 1-D RoPE (the three position components of a text or audio token are equal
 and sequential), so the mRoPE keys are dropped from the engine's config.
 
