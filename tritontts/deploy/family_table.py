@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..families import DEFAULT_FAMILY, FAMILIES
 from .repository import REPO_ROOT
