@@ -53,7 +53,6 @@ DEFAULT = {
     "tritontts/protocol.py": "docstring example of a family's parser",
     "tritontts/serving/triton_stage.py": "docstring example of a stage config",
     "tritontts/deploy/tritonserver.py": "the launcher's default when no family is given",
-    "tritontts/client/common.py": "the clients' default model",
     "tritontts/benchmark/__main__.py": "the benchmark's default served family",
     "tritontts/benchmark/perf.py": "perf_analyzer's example model",
     "tritontts/testing/bad_requests.py": "the bad-request table's default model",

@@ -9,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+from ..families import DEFAULT_FAMILY
+
 DEFAULT_URL = "http://localhost:8091"
 
 
@@ -17,7 +19,7 @@ def add_request_options(parser: argparse.ArgumentParser) -> None:
                         help="the front (default: $TRITONTTS_URL or %(default)s)")
     parser.add_argument("--api-key", default=os.environ.get("TRITONTTS_API_KEY"),
                         help="Bearer key if the front requires one (default: $TRITONTTS_API_KEY)")
-    parser.add_argument("--model", default="piper", help="served model (default: %(default)s)")
+    parser.add_argument("--model", default=DEFAULT_FAMILY, help="served model (default: %(default)s)")
     parser.add_argument("--voice", default="default")
     parser.add_argument("--format", default=None,
                         choices=["wav", "mp3", "opus", "aac", "flac", "pcm"],

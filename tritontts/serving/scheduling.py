@@ -88,10 +88,6 @@ class ChunkScheduler:
             self._queue.append(_Job(chunk_index, next(self._seq), stream_id, final, work, deliver))
             self._lock.notify()
 
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._queue)
-
     def close(self) -> None:
         with self._lock:
             self._closed = True
