@@ -24,8 +24,14 @@ BODY = {"model": "piper", "input": "The server behind me may go away.", "respons
 def servers(stacks, caches, tmp_path_factory):
     stacks.close()                 # one pooled stack at a time on this machine: none now
     tmp = tmp_path_factory.mktemp("pool")
+    # Over this process's environment (what the launcher does with its own): only the run's
+    # caches. A whole new user's environment as `env` replaced this venv's PATH entry that
+    # tritontts.deploy.tritonserver.triton_env puts first, so the stub took the system
+    # python3's prefix and could not import numpy; it passed only after other tests.
+    caches_only = {k: v for k, v in new_user_environment(caches).items()
+                   if k in ("XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "TRITONTTS_CACHE")}
     started = [TritonServer(["piper"], free_port(), free_port(), free_port(),
-                            env=new_user_environment(caches), log_path=tmp / f"triton{i}.log").start()
+                            env=caches_only, log_path=tmp / f"triton{i}.log").start()
                for i in range(2)]
     try:
         for server in started:
