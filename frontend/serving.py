@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from tritontts.families import family_of
 from tritontts.family import Family
 from tritontts.deploy.repository import instance_stage
-from tritontts.protocol import InvalidRequest, check_text
+from tritontts.protocol import InvalidRequest, asks_nothing, check_text
 from tritontts.voice import VOICE_FEATURES
 
 from . import metrics
@@ -290,10 +290,14 @@ class SpeechService:
             raise SpeechError(400, str(exc), param="extra_params") from None
         if params.get("word_timestamps") is False:
             del params["word_timestamps"]       # asks for nothing
+        fields = family.fields
         for name in params:
-            if name in FAMILY_FIELDS and name not in family.fields:
+            if name in FAMILY_FIELDS and name in fields.refuses and not asks_nothing(name, params[name]):
+                raise SpeechError(400, f"{name} is not supported by {served.name}: {fields.refuses[name]}",
+                                  param=name)
+            if name in FAMILY_FIELDS and name not in fields.known:
                 raise SpeechError(400, f"{name} is not supported by {served.name} ({family.description}); "
-                                  f"its fields: {', '.join(sorted(family.fields - {VOICE_FEATURES})) or 'none'}",
+                                  f"it takes: {', '.join(sorted(set(fields.takes) - {VOICE_FEATURES})) or 'none'}",
                                   param=name)
         if VOICE_FEATURES in params:
             raise SpeechError(400, "voice_features are sent by the front for an uploaded voice; "

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .weights.checkpoint import CheckpointError
-from .protocol import InvalidRequest
+from .protocol import InvalidRequest, RequestFields, speed_refusal
 
 
 class Lazy:
@@ -55,7 +55,6 @@ class Capabilities:
     reference_audio: bool = False         # clones a voice from ref_audio (+ ref_text)
     instructions: bool = False            # honours style `instructions`
     preset_voices: bool = False           # has named voices of its own (a speaker table)
-    languages: tuple[str, ...] = ("en",)
     streaming: bool = True                # audio leaves in chunks while synthesis goes on
     # `input` may be empty when `instructions` carry the whole request (AuK: an edit of a clip,
     # a sound); the front then skips its empty-input 400 and the family's stage decides.
@@ -73,7 +72,7 @@ class Family:
     capabilities: Capabilities
     # The checkpoint: `--checkpoint NAME=PATH` or the environment variable below.
     checkpoint_help: str
-    fields: frozenset[str] = frozenset()  # the request fields parse_params takes (its KNOWN)
+    fields: RequestFields = field(default_factory=lambda: RequestFields({}))  # its request.py's FIELDS
     checkpoint_required: bool = True
     checkpoint_env_name: str | None = None          # default TRITONTTS_<NAME>_CHECKPOINT
     # Reads the checkpoint at a path, raising CheckpointError naming what is wrong: the
@@ -124,7 +123,7 @@ class Family:
         params = dict(extra)
         if speed != 1.0:
             if not self.capabilities.native_speed:
-                raise InvalidRequest(f"{self.name} speaks at speed 1.0 only; omit speed")
+                raise InvalidRequest(f"speed: {speed_refusal(self.name)}")
             params["speed"] = speed
         self.parse_params(params)
         return params

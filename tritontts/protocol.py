@@ -24,6 +24,8 @@ Any other error is a server fault (HTTP 500).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -78,22 +80,56 @@ def split_invalid_request(message: str) -> str | None:
     return message[idx + len(INVALID_REQUEST_TAG):].strip()
 
 
-def reject_unknown(params: dict[str, Any], known: set[str] | frozenset[str], family: str) -> None:
-    """Every family's parser starts here: a field it does not know is a 400 naming it."""
-    unknown = set(params) - set(known)
-    if unknown:
-        raise InvalidRequest(
-            f"unknown parameter(s) {sorted(unknown)} for {family}; known: {sorted(known)}")
+@dataclass(frozen=True)
+class RequestFields:
+    """A family's request fields, declared once: what it takes (field -> what it does) and
+    what it refuses (field -> why: the 400's message). Its parser checks a request with
+    `check`, the front names `takes` in its 400 for a field the family does not know, and
+    the family's docs page shows `table()` (tests/contract/test_docs.py keeps it there)."""
+    takes: Mapping[str, str]
+    refuses: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        both = set(self.takes) & set(self.refuses)
+        if both:
+            raise ValueError(f"fields both taken and refused: {sorted(both)}")
+
+    @property
+    def known(self) -> frozenset[str]:
+        return frozenset(self.takes) | frozenset(self.refuses)
+
+    def check(self, params: dict[str, Any], family: str) -> None:
+        """400 for a field neither taken nor refused (naming what is taken), then for a
+        refused one (its reason)."""
+        unknown = set(params) - self.known
+        if unknown:
+            raise InvalidRequest(f"unknown parameter(s) {sorted(unknown)} for {family}; "
+                                 f"it takes: {', '.join(sorted(self.takes)) or 'none'}")
+        reject_unsupported(params, self.refuses)
+
+    def table(self) -> str:
+        rows = ["| field | |", "|---|---|"]
+        rows += [f"| `{name}` | {what} |" for name, what in self.takes.items()]
+        rows += [f"| `{name}` | refused: {why} |" for name, why in self.refuses.items()]
+        return "\n".join(rows) + "\n"
+
+
+def speed_refusal(family: str) -> str:
+    """The reason every family without duration control gives for `speed`."""
+    return f"{family} speaks at speed 1.0 only (it has no duration control); omit speed"
 
 
 def reject_unsupported(params: dict[str, Any], unsupported: dict[str, str]) -> None:
     """Fields other families take that this one cannot honour: a 400 with the family's own
     reason. speed 1 and an automatic language mean "nothing asked", so they pass."""
     for name, why in unsupported.items():
-        value = params.get(name)
-        if value is None or (name == "speed" and value == 1) or (name == "language" and value in ("", "auto", "Auto")):
-            continue
-        raise InvalidRequest(f"{name}: {why}")
+        if not asks_nothing(name, params.get(name)):
+            raise InvalidRequest(f"{name}: {why}")
+
+
+def asks_nothing(name: str, value: Any) -> bool:
+    """A refused field that asks for nothing: absent, speed 1, an automatic language."""
+    return value is None or (name == "speed" and value == 1) or (name == "language" and value in ("", "auto", "Auto"))
 
 
 # Largest uploaded audio a request may carry (decoded), e.g. a voice-cloning reference.

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tritontts.deploy.family_table import BEGIN, END, family_table, with_table
+from tritontts.deploy.family_table import (
+    BEGIN, END, FIELDS_BEGIN, family_table, page_path, with_fields, with_table)
 from tritontts.families import FAMILIES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,6 +37,15 @@ def test_a_descriptor_change_makes_the_table_stale(monkeypatch):
 def test_every_family_has_its_page_and_every_page_a_family():
     pages = {p.stem for p in (REPO / "docs" / "families").glob("*.md")}
     assert pages == set(FAMILIES)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_each_family_page_shows_the_fields_its_request_module_declares(name):
+    text = page_path(name).read_text()
+    assert FIELDS_BEGIN in text and with_fields(text, name) == text, \
+        "run python -m tritontts.deploy.family_table"
+    fields = FAMILIES[name].fields
+    assert all(f"| `{field}` |" in text for field in fields.known)
 
 
 def test_the_readme_is_short():

@@ -162,7 +162,7 @@ def main(argv=None) -> int:
             if family is None or model not in served:
                 sys.exit(f"{model} is not served here (served: {', '.join(served)})")
             extra = extra_override or family.example_params()
-            body = request_bodies(model, extra, seeded="seed" in family.fields)
+            body = request_bodies(model, extra, seeded="seed" in family.fields.takes)
             result = report["models"][model] = {"family": family.name, "levels": [],
                                                 "extra_fields": sorted(extra)}
             for level in args.concurrency:
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
             if args.perf and grpc_url:
                 print(f"[benchmark] perf_analyzer on {model} ...", file=sys.stderr)
                 result["perf"] = profile_family(grpc_url, model, TEXTS[1],
-                                                {**extra, **({"seed": 1} if "seed" in family.fields else {})},
+                                                {**extra, **({"seed": 1} if "seed" in family.fields.takes else {})},
                                                 work / "perf_analyzer" / model,
                                                 args.perf_concurrency, args.perf_requests, args.stages)
             if args.overhead_rounds and grpc_url:

@@ -68,7 +68,7 @@ def measure(family: Family, model: str, inprocess: InProcessEnsemble, front_url:
             texts: Sequence[str] = (TEXTS[0], TEXTS[3])) -> dict[str, Any]:
     """Per text (short and longer), `rounds` requests on each path, interleaved."""
     paths: dict[str, dict[str, list[RequestResult]]] = {}
-    seeded = "seed" in family.fields
+    seeded = "seed" in family.fields.takes
 
     async def over_http(body):
         async with httpx.AsyncClient(timeout=600) as client:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 from ...family import Capabilities, Family, lazy, synthetic_reference
-from .request import KNOWN, parse_auk_params
+from .request import FIELDS, parse_auk_params
 
 
 def _clip() -> dict:
@@ -19,9 +19,8 @@ FAMILY = Family(
                 "rectified-flow MMDiT over 64-d VAE latents -> BigVGAN-flow decoder, 24 kHz; instruction-driven",
     stages=("auk_prompt", "auk_encoder", "auk_dit", "auk_vae"),
     parse_params=parse_auk_params,
-    fields=frozenset(KNOWN),
-    capabilities=Capabilities(sample_rate=24000, native_speed=False, reference_audio=True, instructions=True,
-                              languages=("en", "zh"), instruction_only=True, max_instructions_chars=4096),
+    fields=FIELDS,
+    capabilities=Capabilities(sample_rate=24000, native_speed=False, reference_audio=True, instructions=True, instruction_only=True, max_instructions_chars=4096),
     checkpoint_help="an AuK checkpoint: vLLM-Omni's assembled folder (config.json model_type auk, the "
                     "Qwen2.5-Omni-3B shards and tokenizer, auk.safetensors, vae.safetensors) or upstream's "
                     "release (config.yaml, auk_base.safetensors or auk_flash.safetensors, vae.safetensors, "

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...protocol import (
-    MAX_INPUT_CHARS, InvalidRequest, audio_param, int_param, number_param, reject_unknown,
-    reject_unsupported, seed_param)
+    MAX_INPUT_CHARS, InvalidRequest, RequestFields, audio_param, int_param, number_param, seed_param)
 
 MAX_SECONDS = 30.0
 MIN_SECONDS = 0.02                  # one latent frame
@@ -46,8 +45,21 @@ UNSUPPORTED = {
     "top_k": "AuK has no token sampling; omit top_k",
 }
 SAMPLING = ("num_inference_steps", "guidance_scale", "sway", "t_grid")
-KNOWN = frozenset({"instructions", "ref_audio", "duration_seconds", "seed", *SAMPLING, "vae_sample",
-                   *UNSUPPORTED})
+FIELDS = RequestFields(
+    takes={
+        "instructions":
+            "the instruction, whole (speech, voice design, sound, an edit of the clip); input may then be empty",
+        "ref_audio": "a clip: the voice to speak input in, or the source of an edit",
+        "duration_seconds": "the output's length, up to 30 s",
+        "seed": "the initial noise (and the clip's posterior draw with vae_sample)",
+        "num_inference_steps": "Euler steps, 1..128 (default 32; AuK-Flash: its 4-step grid only)",
+        "guidance_scale": "classifier-free guidance, 0..20 (default 2)",
+        "sway": "sway-sampling coefficient of the time grid, -1..1 (default -1)",
+        "t_grid": "explicit times, 0 first and 1 last, strictly increasing",
+        "vae_sample": "draw the clip's latents from the VAE posterior, not its mean",
+    },
+    refuses=UNSUPPORTED,
+)
 
 
 @dataclass(frozen=True)
@@ -67,8 +79,7 @@ class AuKParams:
 
 
 def parse_auk_params(params: dict[str, Any]) -> AuKParams:
-    reject_unknown(params, KNOWN, "auk")
-    reject_unsupported(params, UNSUPPORTED)
+    FIELDS.check(params, "auk")
     instructions = params.get("instructions")
     if instructions is not None:
         if not isinstance(instructions, str):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 from ...family import Capabilities, Family, lazy
-from .request import KNOWN, parse_cosyvoice3_params
+from .request import FIELDS, parse_cosyvoice3_params
 
 
 def _example_params() -> dict:
@@ -29,10 +29,9 @@ FAMILY = Family(
                 "the voice of ref_audio",
     stages=("cosyvoice3_prompt", "cosyvoice3_talker", "cosyvoice3_flow", "cosyvoice3_hift"),
     parse_params=parse_cosyvoice3_params,
-    fields=frozenset(KNOWN),
+    fields=FIELDS,
     capabilities=Capabilities(sample_rate=24000, native_speed=False, reference_audio=True,
-                              instructions=False, languages=("zh", "en", "ja", "ko", "de", "es",
-                                                             "fr", "it", "ru")),
+                              instructions=False),
     checkpoint_help="a Fun-CosyVoice3-0.5B-2512 directory: cosyvoice3.yaml, llm.pt, flow.pt, "
                     "hift.pt, campplus.onnx, speech_tokenizer_v3.onnx, CosyVoice-BlankEN/",
     checkpoint_required=True,

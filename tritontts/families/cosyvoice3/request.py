@@ -5,12 +5,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...sampling import sampling_overrides
-from ...protocol import InvalidRequest, audio_param, reject_unknown, seed_param
+from ...protocol import InvalidRequest, RequestFields, audio_param, seed_param
 from ...voice import VOICE_FEATURES, voice_features_param
 
 # Upstream's repetition-aware sampling knobs (cosyvoice3.yaml llm.sampling), overridable.
 SAMPLING_KNOBS = ("top_p", "top_k", "win_size", "tau_r")
-KNOWN = {"ref_audio", "ref_text", "seed", "speed", VOICE_FEATURES, *SAMPLING_KNOBS}
+FIELDS = RequestFields(
+    takes={
+        "ref_audio":
+            "required (or a stored voice): a recording to clone (base64, a data: URL; the front fetches URLs), 1-30 s",
+        "ref_text": "its transcript, required with ref_audio",
+        VOICE_FEATURES: "a stored voice (tritontts.voice), sent by the front for an uploaded one",
+        "seed": "the talker's sampler and the flow's noise",
+        "speed": "1 only (streams at speed 1.0)",
+        "top_p": "RAS sampling override (upstream 0.8)",
+        "top_k": "RAS sampling override (upstream 25)",
+        "win_size": "RAS window (upstream 10)",
+        "tau_r": "RAS repetition threshold (upstream 0.1)",
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -23,7 +36,7 @@ class CosyVoice3Params:
 
 
 def parse_cosyvoice3_params(params: dict[str, Any]) -> CosyVoice3Params:
-    reject_unknown(params, KNOWN, "cosyvoice3")
+    FIELDS.check(params, "cosyvoice3")
     speed = params.get("speed", 1.0)
     if speed not in (None, 1, 1.0):
         raise InvalidRequest("cosyvoice3 streams at speed 1.0 only; omit speed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from ...family import Capabilities, Family, lazy, synthetic_reference
-from .request import KNOWN, parse_fish_s2_pro_params
+from .request import FIELDS, parse_fish_s2_pro_params
 
 
 FAMILY = Family(
@@ -13,9 +13,9 @@ FAMILY = Family(
                 "every step) -> the causal DAC codec, 44.1 kHz; its own voice or ref_audio's",
     stages=("fish_s2_pro_prompt", "fish_s2_pro_talker", "fish_s2_pro_codec"),
     parse_params=parse_fish_s2_pro_params,
-    fields=frozenset(KNOWN),
+    fields=FIELDS,
     capabilities=Capabilities(sample_rate=44100, native_speed=False, reference_audio=True,
-                              instructions=False, languages=("en", "zh", "ja", "ko", "fr", "de", "es", "ar")),
+                              instructions=False),
     checkpoint_help="a fishaudio/s2-pro directory: config.json, model.safetensors (or shards + "
                     "model.safetensors.index.json), tokenizer.json, codec.pth",
     checkpoint_required=True,

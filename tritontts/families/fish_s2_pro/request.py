@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...sampling import sampling_overrides
-from ...protocol import int_param, reject_unknown, reject_unsupported, seed_param
+from ...protocol import RequestFields, int_param, seed_param, speed_refusal
 from ...voice import VOICE_FEATURES, transcribed_reference
 
 SAMPLING_KNOBS = ("temperature", "top_p")
@@ -31,10 +31,21 @@ UNSUPPORTED = {
                     "omit instructions",
     "task_type": "Fish Speech S2 Pro has one task (speech from text, optionally cloned); omit task_type",
     "language": "Fish Speech S2 Pro reads the language from the text itself; omit language",
-    "speed": "Fish Speech S2 Pro speaks at speed 1.0 only (it has no duration control); omit speed",
+    "speed": speed_refusal('Fish Speech S2 Pro'),
 }
-KNOWN = frozenset({"ref_audio", "ref_text", VOICE_FEATURES, "seed", "max_new_tokens", *SAMPLING_KNOBS,
-                   *UNSUPPORTED})
+FIELDS = RequestFields(
+    takes={
+        "ref_audio":
+            "a recording to clone (base64, a data: URL; the front fetches URLs), 1-30 s, with ref_text",
+        "ref_text": "its transcript (required with ref_audio)",
+        VOICE_FEATURES: "a stored voice (tritontts.voice), sent by the front for an uploaded one",
+        "seed": "every draw of the request (main tokens and codes)",
+        "max_new_tokens": "1..4096 frames (21.5 a second; default 1024)",
+        "temperature": "upstream's sampling of the main token and the codes (0.8)",
+        "top_p": "upstream's nucleus (0.8; top-k fixed at 30 as upstream)",
+    },
+    refuses=UNSUPPORTED,
+)
 MAX_NEW_TOKENS = 4096
 DEFAULT_MAX_NEW_TOKENS = 1024
 
@@ -50,8 +61,7 @@ class FishS2ProParams:
 
 
 def parse_fish_s2_pro_params(params: dict[str, Any]) -> FishS2ProParams:
-    reject_unknown(params, KNOWN, "fish_s2_pro")
-    reject_unsupported(params, UNSUPPORTED)
+    FIELDS.check(params, "fish_s2_pro")
     ref_audio, ref_text, features = transcribed_reference(params, "Fish Speech S2 Pro")
     return FishS2ProParams(
         ref_audio=ref_audio, ref_text=ref_text, voice_features=features, seed=seed_param(params),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from ...family import Capabilities, Family, lazy
-from .request import KNOWN, parse_gepard_params
+from .request import FIELDS, parse_gepard_params
 
 
 FAMILY = Family(
@@ -13,9 +13,9 @@ FAMILY = Family(
                 "stop verdict per step -> NVIDIA NanoCodec, 22.05 kHz; its default voice",
     stages=("gepard_prompt", "gepard_talker", "gepard_codec"),
     parse_params=parse_gepard_params,
-    fields=frozenset(KNOWN),
+    fields=FIELDS,
     capabilities=Capabilities(sample_rate=22050, native_speed=False, reference_audio=False,
-                              instructions=False, languages=("en",)),
+                              instructions=False),
     checkpoint_help="a nineninesix/gepard-1.0 directory: config.json, gepard_config.json, model.safetensors, "
                     "tokenizer.json, and the NanoCodec archive nemo-nano-codec-22khz-1.89kbps-21.5fps.nemo",
     checkpoint_required=True,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...protocol import int_param, reject_unknown, reject_unsupported, seed_param
+from ...protocol import RequestFields, int_param, seed_param, speed_refusal
 
 UNSUPPORTED = {
     "ref_audio": "Gepard-1.0 speaks in its default voice only (voice cloning is not released); omit ref_audio",
@@ -24,13 +24,19 @@ UNSUPPORTED = {
     "instructions": "Gepard-1.0 takes no style instructions; omit instructions",
     "task_type": "Gepard-1.0 has one task (speech in its default voice); omit task_type",
     "language": "Gepard-1.0 reads the language from the text itself; omit language",
-    "speed": "Gepard-1.0 speaks at speed 1.0 only (it has no duration control); omit speed",
+    "speed": speed_refusal('Gepard-1.0'),
     "temperature": "Gepard-1.0's sampling is fixed by its checkpoint (gepard_config.json's temperature); "
                    "omit temperature",
     "top_p": "Gepard-1.0 draws every code by Gumbel-max (no nucleus step); omit top_p",
     "top_k": "Gepard-1.0 draws every code by Gumbel-max over its few levels; omit top_k",
 }
-KNOWN = frozenset({"seed", "max_new_tokens", *UNSUPPORTED})
+FIELDS = RequestFields(
+    takes={
+        "seed": "every frame's Gumbel draws",
+        "max_new_tokens": "1..4096 frames (21.5 a second; default 1000)",
+    },
+    refuses=UNSUPPORTED,
+)
 MAX_NEW_TOKENS = 4096
 DEFAULT_MAX_NEW_TOKENS = 1000
 
@@ -42,6 +48,5 @@ class GepardParams:
 
 
 def parse_gepard_params(params: dict[str, Any]) -> GepardParams:
-    reject_unknown(params, KNOWN, "gepard")
-    reject_unsupported(params, UNSUPPORTED)
+    FIELDS.check(params, "gepard")
     return GepardParams(seed=seed_param(params), max_new_tokens=int_param(params, "max_new_tokens", 1, MAX_NEW_TOKENS))

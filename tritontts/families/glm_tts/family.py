@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from ...family import Capabilities, Family, lazy, synthetic_reference
-from .request import KNOWN, parse_glm_tts_params
+from .request import FIELDS, parse_glm_tts_params
 
 
 FAMILY = Family(
@@ -13,9 +13,9 @@ FAMILY = Family(
                 "voice of ref_audio",
     stages=("glm_tts_prompt", "glm_tts_talker", "glm_tts_flow", "glm_tts_vocoder"),
     parse_params=parse_glm_tts_params,
-    fields=frozenset(KNOWN),
+    fields=FIELDS,
     capabilities=Capabilities(sample_rate=24000, native_speed=False, reference_audio=True,
-                              instructions=False, languages=("zh", "en")),
+                              instructions=False),
     checkpoint_help="a zai-org/GLM-TTS directory: llm/, vq32k-phoneme-tokenizer/, flow/flow.pt "
                     "+ flow/config.yaml, hift/hift.pt (or vocos2d/), speech_tokenizer/, "
                     "frontend/campplus.onnx",

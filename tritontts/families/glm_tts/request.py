@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...sampling import sampling_overrides
-from ...protocol import InvalidRequest, reject_unknown, reject_unsupported, seed_param
+from ...protocol import InvalidRequest, RequestFields, seed_param, speed_refusal
 from ...voice import VOICE_FEATURES, transcribed_reference
 
 SAMPLING_KNOBS = ("top_p", "top_k", "win_size", "tau_r")
@@ -27,9 +27,22 @@ UNSUPPORTED = {
                     "of ref_audio",
     "task_type": "GLM-TTS has one task, speech in the voice of ref_audio; omit task_type",
     "language": "GLM-TTS reads the language from the text itself; omit language",
-    "speed": "GLM-TTS speaks at speed 1.0 only (it has no duration control); omit speed",
+    "speed": speed_refusal('GLM-TTS'),
 }
-KNOWN = frozenset({"ref_audio", "ref_text", VOICE_FEATURES, "seed", *SAMPLING_KNOBS, *UNSUPPORTED})
+FIELDS = RequestFields(
+    takes={
+        "ref_audio":
+            "required (or a stored voice): a recording to clone (base64, a data: URL; the front fetches URLs), 3-10 s",
+        "ref_text": "its transcript, required with ref_audio",
+        VOICE_FEATURES: "a stored voice (tritontts.voice), sent by the front for an uploaded one",
+        "seed": "the talker's sampler and the flow's starting noise",
+        "top_p": "RAS sampling override (upstream 0.8)",
+        "top_k": "RAS sampling override (upstream 25)",
+        "win_size": "RAS window (upstream 10)",
+        "tau_r": "RAS repetition threshold (upstream 0.1)",
+    },
+    refuses=UNSUPPORTED,
+)
 
 
 @dataclass(frozen=True)
@@ -42,8 +55,7 @@ class GLMTTSParams:
 
 
 def parse_glm_tts_params(params: dict[str, Any]) -> GLMTTSParams:
-    reject_unknown(params, KNOWN, "glm_tts")
-    reject_unsupported(params, UNSUPPORTED)
+    FIELDS.check(params, "glm_tts")
     ref_audio, ref_text, features = transcribed_reference(params, "GLM-TTS")
     if ref_audio is None and features is None:
         raise InvalidRequest("GLM-TTS clones a voice: send ref_audio (a 3-10 s recording) with "

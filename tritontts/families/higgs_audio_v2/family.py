@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 from ...family import Capabilities, Family, lazy, synthetic_reference
-from .request import KNOWN, parse_higgs_audio_v2_params
+from .request import FIELDS, parse_higgs_audio_v2_params
 
 
 FAMILY = Family(
@@ -14,9 +14,9 @@ FAMILY = Family(
                 "-> higgs-audio v2 codec",
     stages=("higgs_audio_v2_prompt", "higgs_audio_v2_talker", "higgs_audio_v2_decoder"),
     parse_params=parse_higgs_audio_v2_params,
-    fields=KNOWN,
+    fields=FIELDS,
     capabilities=Capabilities(sample_rate=24000, native_speed=False, reference_audio=True,
-                              instructions=False, languages=("en", "zh")),
+                              instructions=False),
     checkpoint_help="a bosonai/higgs-audio-v2-generation-3B-base directory in the transformers "
                     "layout: config.json, model.safetensors (or its index and shards), "
                     "tokenizer.json, tokenizer_config.json, audio_tokenizer/",

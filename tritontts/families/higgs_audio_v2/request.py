@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...sampling import sampling_overrides
-from ...protocol import InvalidRequest, int_param, reject_unknown, reject_unsupported, seed_param
+from ...protocol import InvalidRequest, RequestFields, int_param, seed_param, speed_refusal
 from ...voice import VOICE_FEATURES, transcribed_reference
 from .prompt import SPEAKER_TAG
 
@@ -33,10 +33,23 @@ UNSUPPORTED = {
                     "cloning it (ref_audio + ref_text) instead",
     "task_type": "higgs-audio v2 has one task (speech from text, optionally cloned); omit task_type",
     "language": "higgs-audio v2 reads the language from the text itself; omit language",
-    "speed": "higgs-audio v2 speaks at speed 1.0 only (it has no duration control); omit speed",
+    "speed": speed_refusal('higgs-audio v2'),
 }
-KNOWN = frozenset({"ref_audio", "ref_text", VOICE_FEATURES, "seed", "max_new_tokens",
-                   "initial_codec_chunk_frames", *SAMPLING_KNOBS, *UNSUPPORTED})
+FIELDS = RequestFields(
+    takes={
+        "ref_audio":
+            "cloning: a recording to clone (base64, a data: URL; the front fetches URLs), 1-30 s, with ref_text",
+        "ref_text": "its transcript, always with ref_audio",
+        VOICE_FEATURES: "a stored voice (tritontts.voice), sent by the front for an uploaded one",
+        "seed": "the code sampler's generator",
+        "max_new_tokens": "1..4096 audio frames (25 per second)",
+        "initial_codec_chunk_frames": "1..25: frames in the first audio chunk",
+        "temperature": "sampling override (0: greedy)",
+        "top_k": "sampling override",
+        "top_p": "sampling override",
+    },
+    refuses=UNSUPPORTED,
+)
 MAX_NEW_TOKENS = 4096
 MAX_INITIAL_CHUNK_FRAMES = 25
 
@@ -65,8 +78,7 @@ def check_text(text: str) -> None:
 
 
 def parse_higgs_audio_v2_params(params: dict[str, Any]) -> HiggsAudioV2Params:
-    reject_unknown(params, KNOWN, "higgs_audio_v2")
-    reject_unsupported(params, UNSUPPORTED)
+    FIELDS.check(params, "higgs_audio_v2")
     ref_audio, ref_text, features = transcribed_reference(params, "higgs-audio v2")
     if ref_text is not None:
         check_text(ref_text)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 
 from ...family import Capabilities, Family, lazy, synthetic_reference
-from .request import KNOWN, parse_omnivoice_params
-from .text import languages
+from .request import FIELDS, parse_omnivoice_params
 
 
 FAMILY = Family(
@@ -15,9 +14,9 @@ FAMILY = Family(
                 "-> higgs-audio v2 codec",
     stages=("omnivoice_prompt", "omnivoice_generator", "omnivoice_decoder"),
     parse_params=parse_omnivoice_params,
-    fields=KNOWN,
+    fields=FIELDS,
     capabilities=Capabilities(sample_rate=24000, native_speed=True, reference_audio=True,
-                              instructions=True, languages=tuple(languages())),
+                              instructions=True),
     checkpoint_help="a k2-fsa/OmniVoice directory: config.json, model.safetensors, tokenizer "
                     "files, audio_tokenizer/",
     checkpoint_required=True,

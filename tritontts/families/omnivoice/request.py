@@ -20,12 +20,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...protocol import InvalidRequest, number_param, reject_unknown, seed_param
+from ...protocol import InvalidRequest, RequestFields, number_param, seed_param
 from ...voice import VOICE_FEATURES, transcribed_reference
 from .text import resolve_instructions, resolve_language
 
-KNOWN = frozenset({"language", "instructions", "ref_audio", "ref_text", VOICE_FEATURES, "speed",
-                   "seed", "num_steps", "guidance_scale"})
+FIELDS = RequestFields(
+    takes={
+        "language":
+            "an ISO 639 code or a language name OmniVoice was trained on; absent: language-agnostic",
+        "instructions":
+            "voice design: comma-separated attributes (female, low pitch, british accent, whisper, ...)",
+        "ref_audio":
+            "cloning: a recording to clone (base64, a data: URL; the front fetches URLs), 1-30 s",
+        "ref_text": "its transcript (required with ref_audio)",
+        VOICE_FEATURES: "a stored voice (tritontts.voice), sent by the front for an uploaded one",
+        "speed": "0.25-4: divides the estimated duration",
+        "seed": "the Gumbel noise of the unmasking steps",
+        "num_steps": "unmasking steps, 4-64 (default 32)",
+        "guidance_scale": "classifier-free guidance, 0-10 (default 2)",
+    },
+)
 DEFAULT_STEPS, MIN_STEPS, MAX_STEPS = 32, 4, 64
 DEFAULT_GUIDANCE, MAX_GUIDANCE = 2.0, 10.0
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
@@ -61,7 +75,7 @@ def _text_field(params: dict[str, Any], name: str) -> str | None:
 
 
 def parse_omnivoice_params(params: dict[str, Any]) -> OmniVoiceParams:
-    reject_unknown(params, KNOWN, "omnivoice")
+    FIELDS.check(params, "omnivoice")
     language = params.get("language")
     if language is not None and not isinstance(language, str):
         raise InvalidRequest("language must be text: an ISO 639 code such as en or a name such as English")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ...weights.checkpoint import CheckpointError
 from ...family import Capabilities, Family
-from .request import KNOWN, parse_piper_params
+from .request import FIELDS, parse_piper_params
 
 VOICES_ENV = "TRITONTTS_PIPER_VOICES"
 
@@ -27,9 +27,9 @@ FAMILY = Family(
     description="Piper VITS voices (ONNX Runtime); the default voice is en_US-joe-medium",
     stages=("piper_text", "piper_vits"),
     parse_params=parse_piper_params,
-    fields=frozenset(KNOWN),
+    fields=FIELDS,
     capabilities=Capabilities(preset_voices=True, sample_rate=22050, native_speed=True, reference_audio=False,
-                              instructions=False, languages=("en",)),
+                              instructions=False),
     checkpoint_help="a Piper voice table JSON (docs/families/piper.md, Voices); default: the built-in table",
     checkpoint_required=False,
     checkpoint_env_name=VOICES_ENV,

@@ -8,9 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...protocol import number_param, reject_unknown, seed_param
+from ...protocol import RequestFields, number_param, seed_param
 
-KNOWN = {"speed", "noise_scale", "noise_w_scale", "seed"}
+FIELDS = RequestFields(
+    takes={
+        "speed": "0.25-4: speaking rate (divides the voice's length scale)",
+        "noise_scale": "0-2: phoneme noise (default: the voice's own)",
+        "noise_w_scale": "0-2: duration noise (default: the voice's own)",
+        "seed": "the noise of the chunk's synthesis (reproducible under any load)",
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -22,7 +29,7 @@ class PiperParams:
 
 
 def parse_piper_params(params: dict[str, Any]) -> PiperParams:
-    reject_unknown(params, KNOWN, "piper")
+    FIELDS.check(params, "piper")
     return PiperParams(
         speed=number_param(params, "speed", 1.0, 0.25, 4.0),
         noise_scale=number_param(params, "noise_scale", None, 0.0, 2.0),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...family import Capabilities, Family, lazy, synthetic_reference
-from .request import KNOWN, parse_qwen3_tts_params
+from .request import FIELDS, parse_qwen3_tts_params
 
 
 def _voices(path: Path | None) -> list[str]:
@@ -21,12 +21,9 @@ FAMILY = Family(
     description="Qwen3-TTS 12 Hz: vLLM talker with its code predictor in every step -> Code2Wav",
     stages=("qwen3_tts_prompt", "qwen3_tts_talker", "qwen3_tts_code2wav"),
     parse_params=parse_qwen3_tts_params,
-    fields=frozenset(KNOWN),
+    fields=FIELDS,
     capabilities=Capabilities(preset_voices=True, sample_rate=24000, native_speed=False, reference_audio=True,
-                              instructions=True,
-                              languages=("auto", "chinese", "english", "japanese", "korean",
-                                         "german", "french", "russian", "portuguese", "spanish",
-                                         "italian")),
+                              instructions=True),
     checkpoint_help="a Qwen3-TTS-12Hz-{0.6B,1.7B}-{CustomVoice,VoiceDesign,Base} directory: "
                     "config.json, generation_config.json, model.safetensors, tokenizer files, "
                     "speech_tokenizer/",

@@ -34,15 +34,37 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ...sampling import sampling_overrides
-from ...protocol import InvalidRequest, int_param, audio_param, reject_unknown, seed_param
+from ...protocol import InvalidRequest, RequestFields, audio_param, int_param, seed_param
 from ...voice import VOICE_FEATURES, voice_features_param
 from .checkpoint import AUTO_LANGUAGE, KIND_OF_TASK, TASK_OF_KIND
 
 SAMPLING_KNOBS = ("temperature", "top_k", "top_p", "repetition_penalty", "subtalker_temperature",
                   "subtalker_top_k", "subtalker_top_p")
-KNOWN = {"task_type", "instructions", "language", "ref_audio", "ref_text", "x_vector_only_mode",
-         "speaker_embedding", "max_new_tokens", "seed", "initial_codec_chunk_frames",
-         "non_streaming_mode", VOICE_FEATURES, *SAMPLING_KNOBS}
+FIELDS = RequestFields(
+    takes={
+        "task_type": "CustomVoice | VoiceDesign | Base; absent: Base when a voice reference is "
+                     "given, else the checkpoint's own task",
+        "instructions": "style / emotion (CustomVoice), the voice description (VoiceDesign)",
+        "language": 'a checkpoint language or "Auto"',
+        "ref_audio": "Base: reference audio (base64 or a data: URL)",
+        "ref_text": "Base: its transcript",
+        "x_vector_only_mode": "Base: clone from the speaker embedding alone (no transcript)",
+        "speaker_embedding": "Base: a precomputed x-vector instead of ref_audio",
+        "max_new_tokens": "1..8192 codec frames",
+        "seed": "every draw of the request",
+        "initial_codec_chunk_frames": "1..25: frames in the first audio chunk",
+        "non_streaming_mode": "true: the whole text in the prefill; false: text fed step by step",
+        VOICE_FEATURES:
+            "Base: a stored voice (tritontts.voice), sent by the front for an uploaded one",
+        "temperature": "sampling override (over generation_config.json)",
+        "top_k": "sampling override (over generation_config.json)",
+        "top_p": "sampling override (over generation_config.json)",
+        "repetition_penalty": "sampling override (over generation_config.json)",
+        "subtalker_temperature": "sampling override (over generation_config.json)",
+        "subtalker_top_k": "sampling override (over generation_config.json)",
+        "subtalker_top_p": "sampling override (over generation_config.json)",
+    },
+)
 TASKS = tuple(KIND_OF_TASK)
 MAX_INSTRUCTIONS_CHARS = 4096
 MAX_TEXT_FIELD_CHARS = 4096
@@ -106,7 +128,7 @@ def _embedding(value: Any) -> tuple[float, ...] | None:
 
 
 def parse_qwen3_tts_params(params: dict[str, Any]) -> Qwen3TTSParams:
-    reject_unknown(params, KNOWN, "qwen3_tts")
+    FIELDS.check(params, "qwen3_tts")
     task = params.get("task_type")
     if task is not None and task not in TASKS:
         raise InvalidRequest(f"task_type must be one of {list(TASKS)}, got {task!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from ...family import Capabilities, Family, lazy, synthetic_reference
-from .request import KNOWN, parse_voxcpm2_params
+from .request import FIELDS, parse_voxcpm2_params
 
 
 FAMILY = Family(
@@ -13,9 +13,9 @@ FAMILY = Family(
                 "AudioVAE, 48 kHz; its own voice or ref_audio's",
     stages=("voxcpm2_prompt", "voxcpm2_talker", "voxcpm2_audio_vae"),
     parse_params=parse_voxcpm2_params,
-    fields=frozenset(KNOWN),
+    fields=FIELDS,
     capabilities=Capabilities(sample_rate=48000, native_speed=False, reference_audio=True,
-                              instructions=False, languages=("zh", "en")),
+                              instructions=False),
     checkpoint_help="an openbmb/VoxCPM2 directory: config.json, model.safetensors, "
                     "audiovae.safetensors, tokenizer.json + tokenizer_config.json",
     checkpoint_required=True,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...sampling import sampling_overrides
-from ...protocol import InvalidRequest, int_param, reject_unknown, reject_unsupported, seed_param
+from ...protocol import InvalidRequest, RequestFields, int_param, seed_param, speed_refusal
 from ...voice import VOICE_FEATURES, transcribed_reference
 
 SAMPLING_KNOBS = ("cfg_value", "inference_timesteps")
@@ -38,10 +38,22 @@ UNSUPPORTED = {
                     "(or its own, without one)",
     "task_type": "VoxCPM2 has one task (speech from text, optionally cloned); omit task_type",
     "language": "VoxCPM2 reads the language from the text itself; omit language",
-    "speed": "VoxCPM2 speaks at speed 1.0 only (it has no duration control); omit speed",
+    "speed": speed_refusal('VoxCPM2'),
 }
-KNOWN = frozenset({"ref_audio", "ref_text", "clone_mode", VOICE_FEATURES, "seed", "max_new_tokens",
-                   *SAMPLING_KNOBS, *UNSUPPORTED})
+FIELDS = RequestFields(
+    takes={
+        "ref_audio":
+            "a recording to clone (base64, a data: URL; the front fetches URLs), 1-30 s; absent: its own voice",
+        "ref_text": "its transcript (optional): with it the model can also continue the recording",
+        "clone_mode": "reference | continuation | both (continuation and both need ref_text)",
+        VOICE_FEATURES: "a stored voice (tritontts.voice), sent by the front for an uploaded one",
+        "seed": "the flow-matching noise of every patch",
+        "max_new_tokens": "1..4096 patches (6.25 per second)",
+        "cfg_value": "classifier-free guidance, 0.5..5 (upstream 2)",
+        "inference_timesteps": "flow-matching steps per patch, 1..50 (upstream 10)",
+    },
+    refuses=UNSUPPORTED,
+)
 MAX_NEW_TOKENS = 4096
 
 
@@ -57,8 +69,7 @@ class VoxCPM2Params:
 
 
 def parse_voxcpm2_params(params: dict[str, Any]) -> VoxCPM2Params:
-    reject_unknown(params, KNOWN, "voxcpm2")
-    reject_unsupported(params, UNSUPPORTED)
+    FIELDS.check(params, "voxcpm2")
     # The transcript is optional: without it the recording is only imitated, not continued.
     ref_audio, ref_text, features = transcribed_reference(params, "VoxCPM2", transcript_required=False)
     mode = params.get("clone_mode")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...family import Capabilities, Family, lazy
-from .request import KNOWN, parse_voxtral_tts_params
+from .request import FIELDS, parse_voxtral_tts_params
 
 
 def _voices(path: Path | None) -> list[str]:
@@ -18,9 +18,9 @@ FAMILY = Family(
                 "in every step -> the Voxtral codec; preset voices",
     stages=("voxtral_tts_prompt", "voxtral_tts_talker", "voxtral_tts_codec"),
     parse_params=parse_voxtral_tts_params,
-    fields=frozenset(KNOWN),
+    fields=FIELDS,
     capabilities=Capabilities(preset_voices=True, sample_rate=24000, native_speed=False, reference_audio=False,
-                              instructions=False, languages=("en", "fr", "es", "de", "it", "pt", "nl", "hi", "ar")),
+                              instructions=False),
     checkpoint_help="a Voxtral TTS directory (Mistral format): params.json, consolidated.safetensors, "
                     "tekken.json, voice_embedding/NAME.pt",
     checkpoint_required=True,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...sampling import sampling_overrides
-from ...protocol import int_param, reject_unknown, reject_unsupported, seed_param
+from ...protocol import RequestFields, int_param, seed_param, speed_refusal
 
 SAMPLING_KNOBS = ("cfg_value",)
 UNSUPPORTED = {
@@ -26,9 +26,16 @@ UNSUPPORTED = {
     "instructions": "Voxtral TTS takes no style instructions; pick a preset voice",
     "task_type": "Voxtral TTS has one task (speech in a preset voice); omit task_type",
     "language": "Voxtral TTS reads the language from the text itself; omit language",
-    "speed": "Voxtral TTS speaks at speed 1.0 only (it has no duration control); omit speed",
+    "speed": speed_refusal('Voxtral TTS'),
 }
-KNOWN = frozenset({"seed", "max_new_tokens", *SAMPLING_KNOBS, *UNSUPPORTED})
+FIELDS = RequestFields(
+    takes={
+        "seed": "every frame's flow-matching noise",
+        "max_new_tokens": "1..4096 frames (12.5 per second; default 2048)",
+        "cfg_value": "classifier-free guidance of the acoustic flow, 0.5..5 (upstream 1.2)",
+    },
+    refuses=UNSUPPORTED,
+)
 MAX_NEW_TOKENS = 4096
 
 
@@ -40,8 +47,7 @@ class VoxtralTTSParams:
 
 
 def parse_voxtral_tts_params(params: dict[str, Any]) -> VoxtralTTSParams:
-    reject_unknown(params, KNOWN, "voxtral_tts")
-    reject_unsupported(params, UNSUPPORTED)
+    FIELDS.check(params, "voxtral_tts")
     return VoxtralTTSParams(seed=seed_param(params),
                             max_new_tokens=int_param(params, "max_new_tokens", 1, MAX_NEW_TOKENS),
                             sampling=sampling_overrides(params, SAMPLING_KNOBS))
