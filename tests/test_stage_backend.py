@@ -486,3 +486,27 @@ def test_a_gpu_talker_instance_sees_only_its_gpu(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")       # Triton counts what it sees
     pin_engine_gpu("cuda:1")
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "6"
+
+
+def test_a_stage_that_uses_torch_gets_the_configs_torch_threads_and_others_leave_them(tmp_path):
+    import torch
+
+    from tritontts.serving.stage import StageContext
+
+    class Plain(Stage):
+        pass
+
+    class WithTorch(Stage):
+        uses_torch = True
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        Plain(StageContext("plain", tmp_path, parameters={"torch_threads": "2"}))
+        assert torch.get_num_threads() == 1
+        WithTorch(StageContext("with_torch", tmp_path, parameters={"torch_threads": "2"}))
+        assert torch.get_num_threads() == 2
+        WithTorch(StageContext("default", tmp_path))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -63,6 +63,10 @@ class StageContext:
         path = self.parameters.get("checkpoint")
         return Path(path) if path else family.checkpoint()
 
+    def open_checkpoint(self, family):
+        """This model's checkpoint, opened by the family's reader."""
+        return family.open_checkpoint(self.checkpoint(family))
+
 
 class Inputs(dict):
     """A request's input tensors by name, without the batch dimension. `cancelled()` says
@@ -94,8 +98,16 @@ class Stage:
     declares that are also inputs (stream_id, chunk_index, is_final, forwarded tensors) are
     passed through unless `run` sets them."""
 
+    # A stage computing with torch sets this: its process's torch then runs on the config's
+    # `torch_threads` parameter (default 1) threads, set once as the stage is built.
+    uses_torch = False
+
     def __init__(self, context: StageContext):
         self.context = context
+        if self.uses_torch:
+            import torch
+
+            torch.set_num_threads(context.int_parameter("torch_threads", 1))
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
         raise NotImplementedError

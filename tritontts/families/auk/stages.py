@@ -29,7 +29,7 @@ from ...protocol import (
     InvalidRequest, at_least_one_row, parse_params)
 from ...serving.stage import Inputs, Stage, StageContext, StreamingStage
 from ...engine.vllm_talker import VllmTalkerStage
-from .checkpoint import AuKCheckpoint, open_checkpoint
+from .checkpoint import AuKCheckpoint
 from .family import FAMILY
 from .request import AuKParams, parse_auk_params
 
@@ -37,10 +37,6 @@ MIN_CLIP_SECONDS, MAX_CLIP_SECONDS = 0.1, 30.0
 # vLLM-Omni's offset between the noise seed and the clip's posterior draw (so that a seed
 # gives the same noise as there, and the two draws are not copies of each other).
 VAE_SEED_OFFSET = 0x5EED_0A0C
-
-
-def served_checkpoint(context: StageContext) -> AuKCheckpoint:
-    return open_checkpoint(context.checkpoint(FAMILY))
 
 
 def schedule_for(checkpoint: AuKCheckpoint, params: AuKParams) -> tuple[tuple[float, ...], float]:
@@ -66,12 +62,13 @@ def schedule_for(checkpoint: AuKCheckpoint, params: AuKParams) -> tuple[tuple[fl
 
 
 class AuKPromptStage(Stage):
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: AuKCheckpoint | None = None):
         from .prompt import PromptBuilder
 
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.device = torch.device(context.device)
         self.build = PromptBuilder(self.checkpoint.thinker_root)
         self._clip_models = None
@@ -158,7 +155,7 @@ class AuKEncoderStage(VllmTalkerStage):
         from .prompt import IM_END, PromptBuilder
         from .vllm_model import prepare_vllm_encoder, register
 
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         end_of_turn = PromptBuilder(self.checkpoint.thinker_root).special[IM_END]
         self.encoder_dir = prepare_vllm_encoder(self.checkpoint, end_of_turn)
         register()
@@ -198,12 +195,13 @@ class AuKDiTStage(Stage):
     that share a time grid and guidance weight run as one batch (padded rows, masks: each
     equals what it gives alone)."""
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: AuKCheckpoint | None = None):
         from .dit import load_transformer
 
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.device = torch.device(context.device)
         self.dit = load_transformer(self.checkpoint.read_weights(), self.checkpoint.dit).to(self.device)
 
@@ -250,12 +248,13 @@ class AuKVAEStage(StreamingStage):
     overhead small while a player that started on the first chunk is kept fed whenever the
     decoder runs faster than real time."""
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: AuKCheckpoint | None = None):
         from .vae import CHUNK_FRAMES, FIRST_CHUNK_FRAMES, load_vae
 
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        checkpoint = checkpoint or served_checkpoint(context)
+        checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.device = torch.device(context.device)
         self.vae = load_vae(checkpoint.vae_file, checkpoint.vae).to(self.device)
         self.sample_rate = checkpoint.sample_rate

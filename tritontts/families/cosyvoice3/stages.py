@@ -24,7 +24,7 @@ from ...protocol import (
 from ...serving.stage import Inputs, Stage, StageContext, begin_request
 from ...text import normalize, split_sentences
 from ...engine.vllm_talker import VllmTalkerStage
-from .checkpoint import CosyVoice3Checkpoint, open_checkpoint
+from .checkpoint import CosyVoice3Checkpoint
 from .family import FAMILY
 from .hops import HopSchedule, TokenChunk, TokenChunker
 from .prompt import PromptExtractor, VoicePrompt
@@ -36,10 +36,6 @@ MIN_TOKEN_TEXT_RATIO, MAX_TOKEN_TEXT_RATIO = 2, 20   # upstream's generation len
 SEGMENT_TEXT_TOKENS = 80      # like upstream, long input is spoken segment by segment
 TOKEN_MEL_RATIO = 2
 SAMPLES_PER_FRAME = 480                               # 24 kHz audio, 50 Hz mel
-
-
-def served_checkpoint(context: StageContext) -> CosyVoice3Checkpoint:
-    return open_checkpoint(context.checkpoint(FAMILY))
 
 
 def load_flow(checkpoint: CosyVoice3Checkpoint):
@@ -89,7 +85,7 @@ class CosyVoice3PromptStage(Stage):
 
     def __init__(self, context: StageContext, checkpoint: CosyVoice3Checkpoint | None = None):
         super().__init__(context)
-        checkpoint = checkpoint or served_checkpoint(context)
+        checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.extractor = PromptExtractor(checkpoint)
         text_config = json.loads((checkpoint.text_model_dir / "config.json").read_text())
         self.vocab = TalkerVocab(speech_offset=int(text_config["vocab_size"]))
@@ -152,7 +148,7 @@ class CosyVoice3TalkerStage(VllmTalkerStage):
     tokens, mel, embedding) and stream_id pass through to the flow stage."""
 
     def __init__(self, context: StageContext, checkpoint: CosyVoice3Checkpoint | None = None):
-        checkpoint = checkpoint or served_checkpoint(context)
+        checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.talker_dir = ensure_talker_checkpoint(checkpoint)
         self.vocab: TalkerVocab = load_talker_vocab(self.talker_dir)
         self.sampling = checkpoint.config["llm"]["sampling"]
@@ -219,14 +215,15 @@ class CosyVoice3FlowStage(Stage):
     """Speech tokens so far -> the mel of all of them (frames from 0), streaming attention.
     Stateless per chunk, so Triton may batch chunks of different streams on any instance."""
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: CosyVoice3Checkpoint | None = None):
         from ...nn.runtime import stage_runner
         from .flow import velocity_graph
 
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
         self.device = torch.device(context.device)
-        self.flow = load_flow(checkpoint or served_checkpoint(context)).to(self.device)
+        self.flow = load_flow(checkpoint or context.open_checkpoint(FAMILY)).to(self.device)
         dit = self.flow.decoder.estimator
         dit.velocity_runner = stage_runner(velocity_graph(dit), context)
 
@@ -259,13 +256,14 @@ class CosyVoice3HiftStage(Stage):
     """Full mel so far -> the audio not yet sent, stateless per chunk: what earlier chunks
     sent follows from token_offset (upstream's streaming contract, see hift.stream_hift)."""
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: CosyVoice3Checkpoint | None = None):
         from ...nn.runtime import stage_runner
         from ...nn.hift import spectrum_graph
 
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        checkpoint = checkpoint or served_checkpoint(context)
+        checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.device = torch.device(context.device)
         self.hift = load_hift(checkpoint).to(self.device)
         self.hift.spectrum_runner = stage_runner(spectrum_graph(self.hift), context)

@@ -30,7 +30,7 @@ from ...protocol import (
 from ...serving.stage import Inputs, Stage, StageContext, begin_request
 from ...engine.vllm_talker import FrameChunkTalkerStage
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
-from .checkpoint import CODEC_FILE, CONFIG_FILE, FishCheckpoint, open_checkpoint
+from .checkpoint import CODEC_FILE, CONFIG_FILE, FishCheckpoint
 from .family import FAMILY
 from .prompt import FishPromptBuilder, PromptError, Reference
 from .request import DEFAULT_MAX_NEW_TOKENS, FishS2ProParams, parse_fish_s2_pro_params
@@ -43,10 +43,6 @@ STREAMS = 128
 VOICE_FILES = (CODEC_FILE, CONFIG_FILE)
 
 
-def served_checkpoint(context: StageContext) -> FishCheckpoint:
-    return open_checkpoint(context.checkpoint(FAMILY))
-
-
 def load_served_codec(checkpoint: FishCheckpoint, device: str | torch.device = "cpu"):
     from .codec import load_codec, load_codec_file
 
@@ -57,10 +53,11 @@ def load_served_codec(checkpoint: FishCheckpoint, device: str | torch.device = "
 class FishS2ProPromptStage(Stage):
     """The talker's prompt for one request (tritontts.families.fish_s2_pro.prompt)."""
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: FishCheckpoint | None = None):
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.build = FishPromptBuilder(self.checkpoint.root, self.checkpoint.config)
         self.codec = load_served_codec(self.checkpoint)
         self.references = LRU(64)
@@ -117,7 +114,7 @@ class FishS2ProTalkerStage(FrameChunkTalkerStage):
     def __init__(self, context: StageContext, checkpoint: FishCheckpoint | None = None):
         from .vllm_model import prepare_vllm_talker, register
 
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.talker_dir = prepare_vllm_talker(self.checkpoint)
         register()
         super().__init__(context)
@@ -178,10 +175,11 @@ class FishS2ProCodecStage(Stage):
     instance, an evicted stream) decodes its window's left context again instead: close to
     the whole decode, not exact."""
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: FishCheckpoint | None = None):
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        checkpoint = checkpoint or served_checkpoint(context)
+        checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.device = torch.device(context.device)
         self.codec = load_served_codec(checkpoint, self.device)
         self.num_codebooks = checkpoint.config.num_codebooks

@@ -22,13 +22,9 @@ from ...weights.checkpoint import CheckpointError
 from ...protocol import STREAM_ID, InvalidRequest
 from ...serving.stage import Inputs, Stage, StageContext, WindowDecoderStage, begin_request
 from ...engine.vllm_talker import FrameChunkTalkerStage
-from .checkpoint import GepardCheckpoint, open_checkpoint
+from .checkpoint import GepardCheckpoint
 from .family import FAMILY
 from .request import DEFAULT_MAX_NEW_TOKENS, parse_gepard_params
-
-
-def served_checkpoint(context: StageContext) -> GepardCheckpoint:
-    return open_checkpoint(context.checkpoint(FAMILY))
 
 
 def load_served_codec(checkpoint: GepardCheckpoint, device: str | torch.device = "cpu"):
@@ -50,7 +46,7 @@ class GepardPromptStage(Stage):
         from .prompt import GepardPromptBuilder
 
         super().__init__(context)
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.build = GepardPromptBuilder(self.checkpoint.root, self.checkpoint.config)
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
@@ -76,7 +72,7 @@ class GepardTalkerStage(FrameChunkTalkerStage):
     def __init__(self, context: StageContext, checkpoint: GepardCheckpoint | None = None):
         from .vllm_model import prepare_vllm_talker, register
 
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.talker_dir = prepare_vllm_talker(self.checkpoint)
         register()
         from .codec import read_nemo_config
@@ -131,10 +127,11 @@ class GepardCodecStage(WindowDecoderStage):
 
     window = "codes"
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: GepardCheckpoint | None = None):
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        checkpoint = checkpoint or served_checkpoint(context)
+        checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.device = torch.device(context.device)
         self.codec = load_served_codec(checkpoint, self.device)
         self.hop = self.codec.config.samples_per_frame

@@ -33,7 +33,7 @@ from ...protocol import (
 from ...serving.stage import Inputs, Stage, StageContext, begin_request
 from ...text import normalize, split_sentences
 from ...engine.vllm_talker import VllmTalkerStage
-from .checkpoint import GLMTTSCheckpoint, open_checkpoint
+from .checkpoint import GLMTTSCheckpoint
 from .family import FAMILY
 from .flow import FlowCache, build_flow, frame_noise
 from .prompt import PromptExtractor
@@ -44,10 +44,6 @@ from .tokenizer import AUDIO_TOKENS, GLMTextTokenizer
 SEGMENT_CHARS = 60            # upstream's split_by_len: segments of 30-60 characters
 FADE_SECONDS = 0.1            # upstream's cross-fade between chunks
 STREAMS = 1024                # per-stream state kept at most (a stream that never ends is dropped)
-
-
-def served_checkpoint(context: StageContext) -> GLMTTSCheckpoint:
-    return open_checkpoint(context.checkpoint(FAMILY))
 
 
 def load_flow(checkpoint: GLMTTSCheckpoint):
@@ -77,10 +73,11 @@ class GLMTTSPromptStage(Stage):
     """Text ids per segment, and the reference's transcript ids, speech tokens, speaker
     embedding and prompt mel (cached by content)."""
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: GLMTTSCheckpoint | None = None):
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        self.extractor = PromptExtractor(checkpoint or served_checkpoint(context))
+        self.extractor = PromptExtractor(checkpoint or context.open_checkpoint(FAMILY))
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
         start = begin_request(inputs, parse_glm_tts_params)
@@ -117,7 +114,7 @@ class GLMTTSTalkerStage(VllmTalkerStage):
     run on across segments and only the very last chunk is final."""
 
     def __init__(self, context: StageContext, checkpoint: GLMTTSCheckpoint | None = None):
-        checkpoint = checkpoint or served_checkpoint(context)
+        checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.checkpoint = checkpoint
         self.ids = GLMTextTokenizer(checkpoint.tokenizer_dir).ids
         super().__init__(context)
@@ -195,11 +192,12 @@ class GLMTTSFlowStage(Stage):
     """Speech tokens so far -> the mel of all of them, block-causal, with the stream's
     trajectory from its previous chunk (upstream token2wav_stream)."""
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: GLMTTSCheckpoint | None = None):
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
         self.device = torch.device(context.device)
-        self.flow = load_flow(checkpoint or served_checkpoint(context)).to(self.device)
+        self.flow = load_flow(checkpoint or context.open_checkpoint(FAMILY)).to(self.device)
         self.caches = LRU(STREAMS)
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
@@ -246,10 +244,11 @@ class GLMTTSVocoderStage(Stage):
     mel, the part sent before is skipped, the first 0.1 s cross-fades from the previous
     chunk's tail, and the look-ahead's audio plus that fade is held back for the next chunk."""
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: GLMTTSCheckpoint | None = None):
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        self.vocoder = load_vocoder(checkpoint or served_checkpoint(context))
+        self.vocoder = load_vocoder(checkpoint or context.open_checkpoint(FAMILY))
         self.sample_rate = int(self.vocoder.sample_rate)
         self.streams = LRU(STREAMS)
 

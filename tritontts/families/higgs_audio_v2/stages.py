@@ -35,17 +35,13 @@ from ...protocol import (
 from ...serving.stage import Inputs, Stage, StageContext, begin_request
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
-from .checkpoint import HiggsAudioV2Checkpoint, open_checkpoint
+from .checkpoint import HiggsAudioV2Checkpoint
 from .family import FAMILY
 from .prompt import TextTokenizer, build_prompt, reference_steps
 from .request import HiggsAudioV2Params, check_text, parse_higgs_audio_v2_params
 
 SAMPLE_RATE_HZ = 24000
 MIN_REF_SECONDS, MAX_REF_SECONDS = 1.0, 30.0
-
-
-def served_checkpoint(context: StageContext) -> HiggsAudioV2Checkpoint:
-    return open_checkpoint(context.checkpoint(FAMILY))
 
 
 def export_graphs(checkpoint: HiggsAudioV2Checkpoint) -> list:
@@ -63,10 +59,11 @@ def codec_context_frames(checkpoint: HiggsAudioV2Checkpoint) -> int:
 
 
 class HiggsAudioV2PromptStage(Stage):
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: HiggsAudioV2Checkpoint | None = None):
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.tokenizer = TextTokenizer(self.checkpoint)
         self._encoder = None
         self._lock = threading.Lock()
@@ -144,7 +141,7 @@ class HiggsAudioV2TalkerStage(VllmTalkerStage):
     def __init__(self, context: StageContext, checkpoint: HiggsAudioV2Checkpoint | None = None):
         from .vllm_model import prepare_vllm_talker, register
 
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.talker_dir = prepare_vllm_talker(self.checkpoint)
         register()
         super().__init__(context)
@@ -242,13 +239,14 @@ class HiggsAudioV2DecoderStage(Stage):
     chunk's own frames' samples kept. Chunks of the same window length in Triton's batch
     decode together."""
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: HiggsAudioV2Checkpoint | None = None):
         from ...nn.higgs_codec import decoder_graph, load_codec_decoder
         from ...nn.runtime import stage_runner
 
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        checkpoint = checkpoint or served_checkpoint(context)
+        checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.device = torch.device(context.device)
         self.decoder = load_codec_decoder(checkpoint.codec_dir, self.device)
         self.samples_per_frame = self.decoder.cfg.samples_per_frame

@@ -31,7 +31,7 @@ from ...protocol import (
 from ...serving.stage import Inputs, Stage, StageContext, StreamingStage, begin_request
 from ...text import normalize, split_sentences
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
-from .checkpoint import OmniVoiceCheckpoint, open_checkpoint
+from .checkpoint import OmniVoiceCheckpoint
 from .family import FAMILY
 from .prompt import TextTokenizer, build_sequence
 from .request import OmniVoiceParams, parse_omnivoice_params
@@ -46,10 +46,6 @@ MIN_SEGMENT_CHARS = 40
 # encoding and the output is brought back down; without a reference the peak is set to 0.5.
 REFERENCE_RMS, PEAK = 0.1, 0.5
 FADE_SECONDS = PAD_SECONDS = 0.1
-
-
-def served_checkpoint(context: StageContext) -> OmniVoiceCheckpoint:
-    return open_checkpoint(context.checkpoint(FAMILY))
 
 
 def export_graphs(checkpoint: OmniVoiceCheckpoint) -> list:
@@ -75,10 +71,11 @@ def segments(text: str) -> list[str]:
 
 
 class OmniVoicePromptStage(StreamingStage):
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: OmniVoiceCheckpoint | None = None):
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.tokenizer = TextTokenizer(self.checkpoint.root)
         self._encoder = None
         self._encoder_lock = threading.Lock()
@@ -175,13 +172,14 @@ class OmniVoiceGeneratorStage(Stage):
     after it; from an earlier batch its codes are kept here, by stream, until the stream's
     last segment (one instance, so every segment of a stream comes here)."""
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: OmniVoiceCheckpoint | None = None):
         from ...nn.runtime import stage_runner
         from .generator import load_generator, logits_graph
 
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        checkpoint = checkpoint or served_checkpoint(context)
+        checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.model = load_generator(checkpoint, context.device)
         self.model.logits_runner = stage_runner(logits_graph(self.model), context)
         self.first_codes = LRU(1024)
@@ -249,13 +247,14 @@ class OmniVoiceDecoderStage(Stage):
     its output: the cloned recording's loudness (or a 0.5 peak), 0.1 s fades, 0.1 s of
     silence each side (which also parts the segments)."""
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: OmniVoiceCheckpoint | None = None):
         from ...nn.higgs_codec import decoder_graph, load_codec_decoder
         from ...nn.runtime import stage_runner
 
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        checkpoint = checkpoint or served_checkpoint(context)
+        checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.device = torch.device(context.device)
         self.decoder = load_codec_decoder(checkpoint.codec_dir, self.device)
         self.runner = stage_runner(decoder_graph(self.decoder), context)

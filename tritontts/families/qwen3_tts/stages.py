@@ -29,7 +29,7 @@ from ...sampling import SAMPLING
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 
-from .checkpoint import Qwen3TTSCheckpoint, open_checkpoint
+from .checkpoint import Qwen3TTSCheckpoint
 from .family import FAMILY
 from .prompt import TextTokenizer, base_prompt, custom_voice_prompt, voice_design_prompt
 from .request import Qwen3TTSParams, check_task, parse_qwen3_tts_params
@@ -40,10 +40,6 @@ CODE_GROUPS = 16
 MIN_REF_SECONDS, MAX_REF_SECONDS = 1.0, 30.0
 
 
-def served_checkpoint(context: StageContext) -> Qwen3TTSCheckpoint:
-    return open_checkpoint(context.checkpoint(FAMILY))
-
-
 def export_graphs(checkpoint: Qwen3TTSCheckpoint) -> list:
     """The networks the code2wav stage may run on onnxruntime / TensorRT."""
     from .code2wav import code2wav_graphs, load_code2wav
@@ -52,10 +48,11 @@ def export_graphs(checkpoint: Qwen3TTSCheckpoint) -> list:
 
 
 class Qwen3TTSPromptStage(Stage):
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: Qwen3TTSCheckpoint | None = None):
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.tokenizer = TextTokenizer(self.checkpoint)
         # The prompt needs the talker's text and codec tables (the backbone comes along).
         self.talker = load_talker(self.checkpoint)
@@ -194,7 +191,7 @@ class Qwen3TTSTalkerStage(VllmTalkerStage):
     def __init__(self, context: StageContext, checkpoint: Qwen3TTSCheckpoint | None = None):
         from .vllm_model import prepare_vllm_talker, register
 
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.talker_dir = prepare_vllm_talker(self.checkpoint)
         register()
         super().__init__(context)
@@ -290,13 +287,14 @@ class Qwen3TTSCode2WavStage(Stage):
     """A chunk's codes -> its 24 kHz audio, stateless: the left context frames make it equal
     to decoding the whole utterance (tritontts.families.qwen3_tts.code2wav.decode_chunk)."""
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: Qwen3TTSCheckpoint | None = None):
         from ...nn.runtime import stage_runner
         from .code2wav import code2wav_graphs, load_code2wav
 
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        checkpoint = checkpoint or served_checkpoint(context)
+        checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.device = torch.device(context.device)
         self.codec = load_code2wav(checkpoint.path("speech_tokenizer"), self.device)
         latents, vocoder = code2wav_graphs(self.codec)

@@ -29,7 +29,7 @@ from ...serving.stage import Inputs, Stage, StageContext, WindowDecoderStage, be
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .audio_vae import AudioVAEConfig, decoder_context_frames, load_audio_vae
-from .checkpoint import VoxCPM2Checkpoint, open_checkpoint
+from .checkpoint import VoxCPM2Checkpoint
 from .family import FAMILY
 from .prompt import TalkerPrompt, TextTokenizer, build_prompt, encode_patches, max_steps
 from .request import VoxCPM2Params, parse_voxcpm2_params
@@ -39,10 +39,6 @@ MIN_REF_SECONDS, MAX_REF_SECONDS = 1.0, 30.0
 # What a stored voice's latents depend on: the VAE, and the patch size / latent width.
 VOICE_FILES = ("audiovae.safetensors", "config.json")
 VOICE_ARRAYS = ("reference", "continuation")      # patches [n, patch_size, feat_dim]
-
-
-def served_checkpoint(context: StageContext) -> VoxCPM2Checkpoint:
-    return open_checkpoint(context.checkpoint(FAMILY))
 
 
 def load_vae(checkpoint: VoxCPM2Checkpoint, device: str | torch.device = "cpu"):
@@ -58,10 +54,11 @@ def clean_text(text: str) -> str:
 class VoxCPM2PromptStage(Stage):
     """The talker's input sequence for one request (tritontts.families.voxcpm2.prompt)."""
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: VoxCPM2Checkpoint | None = None):
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.tokenizer = TextTokenizer(self.checkpoint.root)
         self.vae = load_vae(self.checkpoint)
         self.references = LRU(64)
@@ -144,7 +141,7 @@ class VoxCPM2TalkerStage(VllmTalkerStage):
     def __init__(self, context: StageContext, checkpoint: VoxCPM2Checkpoint | None = None):
         from .vllm_model import prepare_vllm_talker, register
 
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.talker_dir = prepare_vllm_talker(self.checkpoint)
         register()
         super().__init__(context)
@@ -216,11 +213,12 @@ class VoxCPM2AudioVAEStage(WindowDecoderStage):
 
     window = "latents"
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: VoxCPM2Checkpoint | None = None):
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
         self.device = torch.device(context.device)
-        self.vae = load_vae(checkpoint or served_checkpoint(context), self.device)
+        self.vae = load_vae(checkpoint or context.open_checkpoint(FAMILY), self.device)
         self.hop = self.vae.config.decode_hop
         self.sample_rate = self.vae.config.out_sample_rate
 

@@ -24,7 +24,7 @@ from ...protocol import STREAM_ID, InvalidRequest
 from ...serving.stage import Inputs, Stage, StageContext, WindowDecoderStage, begin_request
 from ...engine.vllm_talker import FrameChunkTalkerStage
 from .acoustic import END_AUDIO, SPECIAL_CODES
-from .checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, VoxtralTTSCheckpoint, open_checkpoint
+from .checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, VoxtralTTSCheckpoint
 from .family import FAMILY
 from .request import parse_voxtral_tts_params
 
@@ -32,16 +32,12 @@ DEFAULT_CFG = 1.2
 DEFAULT_MAX_FRAMES = 2048     # vLLM-Omni's stage default (max_tokens)
 
 
-def served_checkpoint(context: StageContext) -> VoxtralTTSCheckpoint:
-    return open_checkpoint(context.checkpoint(FAMILY))
-
-
 class VoxtralTTSPromptStage(Stage):
     def __init__(self, context: StageContext, checkpoint: VoxtralTTSCheckpoint | None = None):
         from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
         super().__init__(context)
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.tokenizer = MistralTokenizer.from_file(str(self.checkpoint.path(TOKENIZER_FILE)))
 
     def voice(self, name: str) -> str:
@@ -73,7 +69,7 @@ class VoxtralTTSTalkerStage(FrameChunkTalkerStage):
     def __init__(self, context: StageContext, checkpoint: VoxtralTTSCheckpoint | None = None):
         from .vllm_model import prepare_vllm_talker, register
 
-        self.checkpoint = checkpoint or served_checkpoint(context)
+        self.checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.talker_dir = prepare_vllm_talker(self.checkpoint)
         register()
         super().__init__(context, self.checkpoint.config.codec.context_frames())
@@ -125,13 +121,14 @@ class VoxtralTTSCodecStage(WindowDecoderStage):
 
     window = "codes"
 
+    uses_torch = True
+
     def __init__(self, context: StageContext, checkpoint: VoxtralTTSCheckpoint | None = None):
         from ...weights.checkpoint import read_tensors
         from .codec import PREFIX, load_codec
 
         super().__init__(context)
-        torch.set_num_threads(context.int_parameter("torch_threads", 1))
-        checkpoint = checkpoint or served_checkpoint(context)
+        checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.device = torch.device(context.device)
         path = checkpoint.path(WEIGHTS_FILE)
         # Only the codec's tensors are read (the file also holds the whole talker).
