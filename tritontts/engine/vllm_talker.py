@@ -46,6 +46,15 @@ def engine_arg_overrides(stage: str, environ=None) -> dict[str, Any]:
     return dict(json.loads(text).get(stage, {})) if text else {}
 
 
+def register_vllm_model(architecture: str, model_class: str) -> None:
+    """Register an out-of-tree vLLM model ("module:Class", imported by vLLM when first
+    built) under its architecture name, once per process."""
+    from vllm import ModelRegistry
+
+    if architecture not in ModelRegistry.get_supported_archs():
+        ModelRegistry.register_model(architecture, model_class)
+
+
 def parse_engine_arg(text: str) -> tuple[str, str, Any]:
     """STAGE.KEY=VALUE -> (stage, key, value); VALUE is JSON when it parses as JSON (numbers,
     true/false), else a string. ValueError says what is wrong."""

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from ...weights.checkpoint import engine_folder
 from .checkpoint import AuKCheckpoint
+from ...engine.vllm_talker import register_vllm_model
 
 ARCHITECTURE = "AuKConditionEncoderForVllm"
 MODEL_CLASS = f"{__name__}:{ARCHITECTURE}"
@@ -44,10 +45,7 @@ FUSION_EPS = 1e-5          # F.layer_norm's default, as the fusion was trained
 
 
 def register() -> None:
-    from vllm import ModelRegistry
-
-    if ARCHITECTURE not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS)
+    register_vllm_model(ARCHITECTURE, MODEL_CLASS)
 
 
 def engine_config(checkpoint: AuKCheckpoint, end_of_turn: int) -> dict:

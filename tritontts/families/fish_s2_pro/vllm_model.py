@@ -34,6 +34,7 @@ from ...nn.llama_format import rotate_half_rows
 from ...engine.vllm_frames import LogitsFrameTalker
 from .checkpoint import CONFIG_FILE, FAST_PREFIX, SLOW_PREFIX, FishCheckpoint, parse_config
 from .dual_ar import FastTransformer, FrameSampler, decode_frames, position_inputs
+from ...engine.vllm_talker import register_vllm_model
 
 ARCHITECTURE = "FishS2ProTalkerForVllm"
 MODEL_CLASS = f"{__name__}:{ARCHITECTURE}"
@@ -42,10 +43,7 @@ CONFIG_COPY = "fish_s2_pro_config.json"
 
 
 def register() -> None:
-    from vllm import ModelRegistry
-
-    if ARCHITECTURE not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS)
+    register_vllm_model(ARCHITECTURE, MODEL_CLASS)
 
 
 def prepare_vllm_talker(checkpoint: FishCheckpoint, cache_root: str | Path | None = None) -> Path:

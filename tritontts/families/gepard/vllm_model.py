@@ -38,6 +38,7 @@ from ...weights.checkpoint import engine_folder
 from ...engine.vllm_frames import LogitsFrameTalker
 from .checkpoint import BACKBONE_PREFIX, SIDECAR_FILE, GepardCheckpoint, parse_backbone, parse_sidecar
 from .heads import GepardHeads, heads_state
+from ...engine.vllm_talker import register_vllm_model
 
 ARCHITECTURE = "GepardTalkerForVllm"
 MODEL_CLASS = f"{__name__}:{ARCHITECTURE}"
@@ -45,10 +46,7 @@ STOP = 32              # a frame's stop flag sits after its 32 codes
 
 
 def register() -> None:
-    from vllm import ModelRegistry
-
-    if ARCHITECTURE not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS)
+    register_vllm_model(ARCHITECTURE, MODEL_CLASS)
 
 
 def prepare_vllm_talker(checkpoint: GepardCheckpoint, cache_root: str | Path | None = None) -> Path:

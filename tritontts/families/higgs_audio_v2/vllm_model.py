@@ -38,6 +38,7 @@ from ...weights.checkpoint import engine_folder
 from .checkpoint import (AUDIO_EMBEDDINGS, AUDIO_HEAD, WEIGHTS_INDEX_FILE, HiggsAudioV2Checkpoint,
                          HiggsAudioV2Config, canonical_name)
 from .talker import AudioCodeSampler
+from ...engine.vllm_talker import register_vllm_model
 
 ARCHITECTURE = "HiggsAudioV2TalkerForVllm"
 MODEL_CLASS = f"{__name__}:{ARCHITECTURE}"
@@ -45,10 +46,7 @@ CONFIG_KEY = "tritontts_higgs_audio_v2"      # config.json: our HiggsAudioV2Conf
 
 
 def register() -> None:
-    from vllm import ModelRegistry
-
-    if ARCHITECTURE not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS)
+    register_vllm_model(ARCHITECTURE, MODEL_CLASS)
 
 
 def prepare_vllm_talker(checkpoint: HiggsAudioV2Checkpoint, cache_root: str | Path | None = None) -> Path:

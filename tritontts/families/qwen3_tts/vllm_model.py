@@ -26,6 +26,7 @@ from ...weights.checkpoint import engine_folder
 from ...engine.vllm_frames import FrameStream, FrameTalker
 from .checkpoint import TALKER_PREFIX, WEIGHTS_FILE, DecoderShape, Qwen3TTSCheckpoint
 from .talker import CodePredictor, TopKTopPSampler, greedy, predict_frame
+from ...engine.vllm_talker import register_vllm_model
 
 ARCHITECTURE = "Qwen3TTSTalkerForVllm"
 MODEL_CLASS = f"{__name__}:{ARCHITECTURE}"
@@ -34,10 +35,7 @@ PREDICTOR_KEY = "tritontts_code_predictor"   # config.json: the code predictor's
 
 def register() -> None:
     """Make the architecture known to vLLM (lazily: the class is imported in the engine)."""
-    from vllm import ModelRegistry
-
-    if ARCHITECTURE not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS)
+    register_vllm_model(ARCHITECTURE, MODEL_CLASS)
 
 
 def prepare_vllm_talker(checkpoint: Qwen3TTSCheckpoint, cache_root: str | Path | None = None) -> Path:

@@ -40,6 +40,7 @@ from .checkpoint import VoxCPM2Checkpoint, parse_config
 from .minicpm4 import Attention, MiniCPM4Config, _rotate, long_rope_table
 from .prompt import TalkerPrompt
 from .talker import VoxCPM2Talker
+from ...engine.vllm_talker import register_vllm_model
 
 ARCHITECTURE = "VoxCPM2TalkerForVllm"
 MODEL_CLASS = f"{__name__}:{ARCHITECTURE}"
@@ -49,10 +50,7 @@ WEIGHTS_FILE = "model.safetensors"
 
 
 def register() -> None:
-    from vllm import ModelRegistry
-
-    if ARCHITECTURE not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS)
+    register_vllm_model(ARCHITECTURE, MODEL_CLASS)
 
 
 def prepare_vllm_talker(checkpoint: VoxCPM2Checkpoint, cache_root: str | Path | None = None) -> Path:

@@ -33,6 +33,7 @@ from .checkpoint import PARAMS_FILE, WEIGHTS_FILE, VoxtralTTSCheckpoint, parse_p
 from ...nn.llama_format import rotate_half_rows
 from ...engine.vllm_frames import LogitsFrameTalker
 from .talker import CODEBOOK_EMBEDDINGS, TEXT_EMBEDDINGS, FrameEmbeddings, place_voice
+from ...engine.vllm_talker import register_vllm_model
 
 ARCHITECTURE = "VoxtralTTSTalkerForVllm"
 MODEL_CLASS = f"{__name__}:{ARCHITECTURE}"
@@ -43,10 +44,7 @@ PARAMS_COPY = "voxtral_tts_params.json"
 
 
 def register() -> None:
-    from vllm import ModelRegistry
-
-    if ARCHITECTURE not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(ARCHITECTURE, MODEL_CLASS)
+    register_vllm_model(ARCHITECTURE, MODEL_CLASS)
 
 
 def prepare_vllm_talker(checkpoint: VoxtralTTSCheckpoint, cache_root: str | Path | None = None) -> Path:
