@@ -228,6 +228,13 @@ class RequestStart:
     stream_id: int         # random per request: keys per-stream state in later stages
 
 
+def default_voice_only(voice: str, how: str) -> None:
+    """A family without named voices takes voice "" or "default"; any other name is a 400
+    that says `how` to get the voice wanted."""
+    if voice not in ("", "default"):
+        raise InvalidRequest(f"unknown voice {voice!r}: {how}")
+
+
 def begin_request(inputs: Inputs, parser: Callable[[dict[str, Any]], Any]) -> RequestStart:
     """Check text, parse params with the family's parser, pick seed and stream_id."""
     text = check_text(inputs.scalar(TEXT, ""))

@@ -27,7 +27,7 @@ import torch
 from ...protocol import (
     AUDIO, CHUNK_INDEX, IS_FINAL, MAX_INPUT_CHARS, PARAMS, SAMPLE_RATE, STREAM_ID, TEXT, VOICE,
     InvalidRequest, at_least_one_row, parse_params)
-from ...serving.stage import Inputs, Stage, StageContext, StreamingStage
+from ...serving.stage import Inputs, Stage, StageContext, StreamingStage, default_voice_only
 from ...engine.vllm_talker import VllmTalkerStage
 from .checkpoint import AuKCheckpoint
 from .family import FAMILY
@@ -99,9 +99,8 @@ class AuKPromptStage(Stage):
             raise InvalidRequest(f"input is {len(text)} characters; the limit is {MAX_INPUT_CHARS}")
         params = parse_auk_params(parse_params(inputs.scalar(PARAMS, "")))
         voice = inputs.scalar(VOICE, "") or ""
-        if voice not in ("", "default"):
-            raise InvalidRequest(f"unknown voice {voice!r}: AuK has no preset voices; use voice 'default', describe "
-                                 "one in instructions, or send a clip in ref_audio")
+        default_voice_only(voice, "AuK has no preset voices; use voice 'default', describe "
+                           "one in instructions, or send a clip in ref_audio")
         seed = params.seed if params.seed is not None else secrets.randbits(62)
         return {**self.plan(text, params, seed), STREAM_ID: secrets.randbits(63)}
 

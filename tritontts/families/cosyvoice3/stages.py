@@ -21,7 +21,7 @@ from ... import sampling
 from ...sampling import SAMPLING
 from ...protocol import (
     AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, parse_params)
-from ...serving.stage import Inputs, Stage, StageContext, begin_request
+from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only
 from ...text import normalize, split_sentences
 from ...engine.vllm_talker import VllmTalkerStage
 from .checkpoint import CosyVoice3Checkpoint
@@ -114,10 +114,9 @@ class CosyVoice3PromptStage(Stage):
                                    params.ref_text)
 
     def prepare(self, text: str, voice: str, params) -> TalkJob:
-        if voice not in ("", "default"):
-            raise InvalidRequest(f"unknown voice {voice!r}: cosyvoice3 clones the voice of "
-                                 "ref_audio; use voice 'default' with ref_audio and ref_text, "
-                                 "or a voice uploaded with POST /v1/audio/voices")
+        default_voice_only(voice, "cosyvoice3 clones the voice of "
+                           "ref_audio; use voice 'default' with ref_audio and ref_text, "
+                           "or a voice uploaded with POST /v1/audio/voices")
         if params.voice_features is not None:
             prompt = self.extractor.unpack(params.voice_features)
         else:

@@ -27,7 +27,7 @@ from ...serving.lru import LRU
 from ...sampling import SAMPLING
 from ...protocol import (
     AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, parse_params)
-from ...serving.stage import Inputs, Stage, StageContext, begin_request
+from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only
 from ...engine.vllm_talker import FrameChunkTalkerStage
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .checkpoint import CODEC_FILE, CONFIG_FILE, FishCheckpoint
@@ -66,10 +66,9 @@ class FishS2ProPromptStage(Stage):
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
         start = begin_request(inputs, parse_fish_s2_pro_params)
-        if start.voice not in ("", "default"):
-            raise InvalidRequest(f"unknown voice {start.voice!r}: fish_s2_pro has no preset voices; use "
-                                 "voice 'default' (its own voice, or ref_audio's), or a voice "
-                                 "uploaded with POST /v1/audio/voices")
+        default_voice_only(start.voice, "fish_s2_pro has no preset voices; use "
+                           "voice 'default' (its own voice, or ref_audio's), or a voice "
+                           "uploaded with POST /v1/audio/voices")
         if not start.text.strip():
             raise InvalidRequest("input has nothing to speak")
         try:

@@ -20,7 +20,8 @@ import torch
 
 from ...weights.checkpoint import CheckpointError
 from ...protocol import STREAM_ID, InvalidRequest
-from ...serving.stage import Inputs, Stage, StageContext, WindowDecoderStage, begin_request
+from ...serving.stage import (
+    Inputs, Stage, StageContext, WindowDecoderStage, begin_request, default_voice_only)
 from ...engine.vllm_talker import FrameChunkTalkerStage
 from .checkpoint import GepardCheckpoint
 from .family import FAMILY
@@ -51,9 +52,8 @@ class GepardPromptStage(Stage):
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
         start = begin_request(inputs, parse_gepard_params)
-        if start.voice not in ("", "default"):
-            raise InvalidRequest(f"unknown voice {start.voice!r}: gepard speaks in its default voice only "
-                                 "(use voice 'default')")
+        default_voice_only(start.voice, "gepard speaks in its default voice only "
+                           "(use voice 'default')")
         text_ids = self.build.text_ids(start.text)
         if not text_ids:
             raise InvalidRequest("input has nothing to speak")

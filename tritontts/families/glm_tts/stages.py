@@ -30,7 +30,7 @@ from ...sampling import SAMPLING
 from ...protocol import (
     AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, at_least_one_row,
     parse_params)
-from ...serving.stage import Inputs, Stage, StageContext, begin_request
+from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only
 from ...text import normalize, split_sentences
 from ...engine.vllm_talker import VllmTalkerStage
 from .checkpoint import GLMTTSCheckpoint
@@ -81,10 +81,9 @@ class GLMTTSPromptStage(Stage):
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
         start = begin_request(inputs, parse_glm_tts_params)
-        if start.voice not in ("", "default"):
-            raise InvalidRequest(f"unknown voice {start.voice!r}: glm_tts clones the voice of "
-                                 "ref_audio; use voice 'default' with ref_audio and ref_text, "
-                                 "or a voice uploaded with POST /v1/audio/voices")
+        default_voice_only(start.voice, "glm_tts clones the voice of "
+                           "ref_audio; use voice 'default' with ref_audio and ref_text, "
+                           "or a voice uploaded with POST /v1/audio/voices")
         params = start.params
         if params.voice_features is not None:
             prompt = self.extractor.unpack(params.voice_features)

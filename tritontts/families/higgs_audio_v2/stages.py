@@ -32,7 +32,7 @@ from ...sampling import SAMPLING
 from ...protocol import (
     AUDIO, at_least_one_row, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest,
     parse_params)
-from ...serving.stage import Inputs, Stage, StageContext, begin_request
+from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .checkpoint import HiggsAudioV2Checkpoint
@@ -85,10 +85,9 @@ class HiggsAudioV2PromptStage(Stage):
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
         start = begin_request(inputs, parse_higgs_audio_v2_params)
-        if start.voice not in ("", "default"):
-            raise InvalidRequest(f"unknown voice {start.voice!r}: higgs-audio v2 has no preset "
-                                 "speakers; use voice 'default', send ref_audio + ref_text, or "
-                                 "upload a voice (POST /v1/audio/voices)")
+        default_voice_only(start.voice, "higgs-audio v2 has no preset "
+                           "speakers; use voice 'default', send ref_audio + ref_text, or "
+                           "upload a voice (POST /v1/audio/voices)")
         ids, steps = self.prompt(start.text, start.params)
         return {
             "prompt_ids": np.asarray(ids, np.int32),

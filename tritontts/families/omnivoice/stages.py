@@ -28,7 +28,8 @@ from ...audio import reference_recording
 from ...serving.lru import LRU
 from ...protocol import (
     AUDIO, CHUNK_INDEX, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, parse_params)
-from ...serving.stage import Inputs, Stage, StageContext, StreamingStage, begin_request
+from ...serving.stage import (
+    Inputs, Stage, StageContext, StreamingStage, begin_request, default_voice_only)
 from ...text import normalize, split_sentences
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .checkpoint import OmniVoiceCheckpoint
@@ -99,10 +100,9 @@ class OmniVoicePromptStage(StreamingStage):
 
     def run(self, inputs: Inputs):
         start = begin_request(inputs, parse_omnivoice_params)
-        if start.voice not in ("", "default"):
-            raise InvalidRequest(f"unknown voice {start.voice!r}: OmniVoice has no preset speakers; "
-                                 "use voice 'default', describe one in instructions, send "
-                                 "ref_audio + ref_text, or upload a voice")
+        default_voice_only(start.voice, "OmniVoice has no preset speakers; "
+                           "use voice 'default', describe one in instructions, send "
+                           "ref_audio + ref_text, or upload a voice")
         for item in self.plan(start.text, start.params, start.seed):
             yield {**item, STREAM_ID: start.stream_id}
 

@@ -25,7 +25,8 @@ from ...audio import reference_recording
 from ...serving.lru import LRU
 from ...sampling import SAMPLING
 from ...protocol import IS_FINAL, PARAMS, STREAM_ID, InvalidRequest, parse_params
-from ...serving.stage import Inputs, Stage, StageContext, WindowDecoderStage, begin_request
+from ...serving.stage import (
+    Inputs, Stage, StageContext, WindowDecoderStage, begin_request, default_voice_only)
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .audio_vae import AudioVAEConfig, decoder_context_frames, load_audio_vae
@@ -68,10 +69,9 @@ class VoxCPM2PromptStage(Stage):
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
         start = begin_request(inputs, parse_voxcpm2_params)
-        if start.voice not in ("", "default"):
-            raise InvalidRequest(f"unknown voice {start.voice!r}: voxcpm2 has no preset voices; use "
-                                 "voice 'default' (its own voice, or ref_audio's), or a voice "
-                                 "uploaded with POST /v1/audio/voices")
+        default_voice_only(start.voice, "voxcpm2 has no preset voices; use "
+                           "voice 'default' (its own voice, or ref_audio's), or a voice "
+                           "uploaded with POST /v1/audio/voices")
         params = start.params
         c = self.checkpoint.config
         target = self.tokenizer(clean_text(start.text))
