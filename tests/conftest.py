@@ -63,6 +63,16 @@ def random_checkpoints(tmp_path_factory) -> RandomCheckpoints:
     return RandomCheckpoints(tmp_path_factory)
 
 
+@pytest.fixture(scope="module")
+def checkpoint(request, random_checkpoints):
+    """In tests/<family>/: that family's tiny random checkpoint (the session's), opened by
+    its reader. A module that needs another checkpoint defines its own `checkpoint`."""
+    name = request.path.parent.name
+    if name not in FAMILIES:
+        raise pytest.UsageError(f"{request.path}: the checkpoint fixture is for tests/<family>/ modules")
+    return FAMILIES[name].open_checkpoint(random_checkpoints[name])
+
+
 @pytest.fixture(scope="session")
 def tiny_cosyvoice3(random_checkpoints) -> Path:
     """A random-weight CosyVoice3 checkpoint in the released layout, at tiny sizes."""

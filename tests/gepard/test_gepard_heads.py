@@ -7,16 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tritontts.families.gepard.checkpoint import open_checkpoint
 from tritontts.families.gepard.heads import GepardHeads, heads_state
 from tritontts.families.gepard.prompt import GepardPromptBuilder, prompt_ids
 from tritontts.families.gepard.upstream import GEPARD_STAND_INS, gepard_reference_talker
 from tritontts.upstream import vllm_omni_module
-
-
-@pytest.fixture(scope="module")
-def checkpoint(random_checkpoints):
-    return open_checkpoint(random_checkpoints["gepard"])
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from tritontts.families.gepard.checkpoint import open_checkpoint
 from tritontts.serving.stage import Inputs, StageContext
 from tritontts.protocol import InvalidRequest
-
-
-@pytest.fixture(scope="module")
-def checkpoint(random_checkpoints):
-    return open_checkpoint(random_checkpoints["gepard"])
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,6 @@ import pytest
 import torch
 import yaml
 
-from tritontts.families.glm_tts.checkpoint import open_checkpoint
 from tritontts.families.glm_tts.flow import frame_noise
 from tritontts.families.glm_tts.random_checkpoint import SIZES
 from tritontts.families.glm_tts.stages import FADE_SECONDS, GLMTTSFlowStage, GLMTTSVocoderStage
@@ -65,11 +64,6 @@ def reference():
             dit=importlib.import_module("vllm_omni.model_executor.models.glm_tts.glm_tts_dit"),
             processor=importlib.import_module(
                 "vllm_omni.model_executor.stage_input_processors.glm_tts"))
-
-
-@pytest.fixture(scope="module")
-def checkpoint(random_checkpoints):
-    return open_checkpoint(random_checkpoints["glm_tts"])
 
 
 def make_stages(checkpoint):

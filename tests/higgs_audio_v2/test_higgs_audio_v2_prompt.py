@@ -16,7 +16,6 @@ import soundfile as sf
 import torch
 
 from tritontts.family import synthetic_reference
-from tritontts.families.higgs_audio_v2.checkpoint import open_checkpoint
 from tritontts.families.higgs_audio_v2.prompt import apply_delay, reference_steps, undo_delay
 from tritontts.families.higgs_audio_v2.request import parse_higgs_audio_v2_params
 from tritontts.protocol import InvalidRequest
@@ -26,11 +25,6 @@ REF = synthetic_reference()
 HEADER = "<|start_header_id|>{}<|end_header_id|>\n\n"
 SYSTEM = "<|begin_of_text|>" + HEADER.format("system") + "Generate audio following instruction.<|eot_id|>"
 GENERATION = HEADER.format("assistant") + "<|audio_out_bos|>"
-
-
-@pytest.fixture(scope="module")
-def checkpoint(random_checkpoints):
-    return open_checkpoint(random_checkpoints["higgs_audio_v2"])
 
 
 @pytest.fixture(scope="module")

@@ -10,15 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from tritontts.families.higgs_audio_v2.checkpoint import open_checkpoint
 from tritontts.families.higgs_audio_v2.talker import audio_frames, frame_codes
 from tritontts.protocol import IS_FINAL
 from tritontts.serving.stage import Inputs, StageContext
-
-
-@pytest.fixture(scope="module")
-def checkpoint(random_checkpoints):
-    return open_checkpoint(random_checkpoints["higgs_audio_v2"])
 
 
 def random_steps(n: int, end: bool, seed: int = 0) -> list[torch.Tensor]:

@@ -30,11 +30,6 @@ STEPS = 30
 
 
 @pytest.fixture(scope="module")
-def checkpoint(random_checkpoints):
-    return open_checkpoint(random_checkpoints["higgs_audio_v2"])
-
-
-@pytest.fixture(scope="module")
 def reference(checkpoint):
     from transformers import HiggsAudioV2ForConditionalGeneration
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from tritontts.families.omnivoice.checkpoint import open_checkpoint
 from tritontts.families.omnivoice.generator import (
     UnmaskJob, UnmaskSettings, load_generator, unmask, unmask_schedule)
 from tritontts.families.omnivoice.prompt import TextTokenizer, build_sequence
@@ -17,11 +16,6 @@ from tritontts.families.omnivoice.upstream import omnivoice_module
 
 TOLERANCE = 1e-4
 TEXT = "The birch canoe slid on the smooth planks."
-
-
-@pytest.fixture(scope="module")
-def checkpoint(random_checkpoints):
-    return open_checkpoint(random_checkpoints["omnivoice"])
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tritontts.families.omnivoice.checkpoint import open_checkpoint
 from tritontts.families.omnivoice.generator import UnmaskJob, UnmaskSettings, load_generator, unmask
 from tritontts.families.omnivoice.prompt import TextTokenizer, build_sequence
 from tritontts.upstream import vllm_omni_module
@@ -102,11 +101,6 @@ def _attention_forward_fp32(module):
         return self.o_proj(out)
 
     return forward
-
-
-@pytest.fixture(scope="module")
-def checkpoint(random_checkpoints):
-    return open_checkpoint(random_checkpoints["omnivoice"])
 
 
 @pytest.fixture(scope="module")

@@ -7,18 +7,12 @@ import numpy as np
 import pytest
 
 import tritontts.families.omnivoice.stages as stages
-from tritontts.families.omnivoice.checkpoint import open_checkpoint
 from tritontts.families.omnivoice.request import parse_omnivoice_params
 from tritontts.protocol import CHUNK_INDEX, IS_FINAL, STREAM_ID
 from tritontts.serving.stage import Inputs, StageContext
 
 TWO = ("The birch canoe slid on the smooth planks of the old wooden dock. "
        "Glue the sheet to the dark blue background before the paint dries.")
-
-
-@pytest.fixture(scope="module")
-def checkpoint(random_checkpoints):
-    return open_checkpoint(random_checkpoints["omnivoice"])
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,9 @@ import torch
 from tritontts.family import synthetic_reference
 from tritontts.protocol import IS_FINAL, InvalidRequest
 from tritontts.serving.stage import Inputs, StageContext
-from tritontts.families.voxcpm2.checkpoint import open_checkpoint
 from tritontts.families.voxcpm2.prompt import AUDIO_START, REF_AUDIO_END, REF_AUDIO_START
 
 REF = synthetic_reference()
-
-
-@pytest.fixture(scope="module")
-def checkpoint(random_checkpoints):
-    return open_checkpoint(random_checkpoints["voxcpm2"])
 
 
 @pytest.fixture(scope="module")
