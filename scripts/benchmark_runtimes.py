@@ -54,7 +54,7 @@ def released_graphs() -> list[Graph]:
 
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as folder:
-        config = load_hyperpyyaml(write_config(Path(folder), "full"), {"qwen_pretrain_path": ""})
+        config = load_hyperpyyaml(write_config(Path(folder), "released"), {"qwen_pretrain_path": ""})
     flow = build_flow(config["flow"]).eval()
     hift = HiFTGenerator.from_config(config["hift"]).eval()
     codec_config = speech_tokenizer_config("0.6b")     # the codec is the same in every release

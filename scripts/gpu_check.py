@@ -158,7 +158,7 @@ def contract(device: str) -> None:
 
 
 def serving(work: Path, device: str, released: bool) -> None:
-    sizes = {"cosyvoice3": "full", "qwen3_tts": "0.6b", "omnivoice": "released"} if released else {}
+    sizes = {"cosyvoice3": "released", "qwen3_tts": "0.6b", "omnivoice": "released"} if released else {}
     checkpoints = []
     for name, family in FAMILIES.items():
         if not family.write_random_checkpoint:

@@ -134,9 +134,9 @@ def main():
     if ckpt is None:
         from tritontts.families.cosyvoice3.random_checkpoint import write_random_checkpoint
 
-        ckpt = REPO / ".cache" / "cosyvoice3-full"
+        ckpt = REPO / ".cache" / "cosyvoice3-released"
         if not (ckpt / "flow.pt").exists():
-            write_random_checkpoint(ckpt, size="full")
+            write_random_checkpoint(ckpt, size="released")
     if not args.skip_talker:
         talker_speed(ckpt, [int(n) for n in args.threads.split(",")])
     if not args.skip_serving:

@@ -3,7 +3,7 @@
 Same files, same key names, same tokenizer special tokens and ONNX input/output names as
 Fun-CosyVoice3-0.5B-2512. `tiny` sizes run in seconds on a CPU (the tests); `full` has the
 released network sizes (Qwen2-0.5B talker, 22-layer DiT, 512-channel HiFT) for measuring
-speed. `python -m tritontts.families.cosyvoice3.random_checkpoint OUT_DIR [--size full]` writes one by hand.
+speed. `python -m tritontts.families.cosyvoice3.random_checkpoint OUT_DIR [--size released]` writes one by hand.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ SIZES = {
                  text_vocab=None, dit_dim=64, dit_depth=2, dit_heads=2, lookahead_channels=64,
                  hift_channels=32),
     # Fun-CosyVoice3-0.5B-2512 as released (Qwen2-0.5B body, vocabulary of 151936 rows).
-    "full": dict(qwen2=dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+    "released": dict(qwen2=dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                             num_attention_heads=14, num_key_value_heads=2),
                  text_vocab=151936, dit_dim=1024, dit_depth=22, dit_heads=16,
                  lookahead_channels=1024, hift_channels=512),
