@@ -61,12 +61,12 @@ def check_plan(sizes: list[int], frames: int) -> None:
 ])
 def test_a_seeded_stream_equals_the_reference_pipeline_and_follows_the_chunk_plan(stack, random_checkpoints,
                                                                                    text, params, instruction):
-    from tritontts.families.auk.upstream import auk_reference_audio
+    from tritontts.families.auk.upstream import auk_upstream_audio
 
     params = {"seed": 5, **({} if "t_grid" in params else {"num_inference_steps": STEPS}), **params}
     got, sizes = served(stack, text, params)
     frames = round(params["duration_seconds"] * 50)
-    want = auk_reference_audio(random_checkpoints["auk"], instruction, frames, 5, nfe=STEPS,
+    want = auk_upstream_audio(random_checkpoints["auk"], instruction, frames, 5, nfe=STEPS,
                                cfg=params.get("guidance_scale", 2.0), sway=params.get("sway", -1.0),
                                t_grid=params.get("t_grid"))
     diff = float(np.abs(got - want).max()) if got.shape == want.shape else float("inf")
@@ -78,14 +78,14 @@ def test_a_seeded_stream_equals_the_reference_pipeline_and_follows_the_chunk_pla
 
 def test_an_edit_of_a_clip_keeps_its_length_and_equals_the_reference_with_a_posterior_draw(stack,
                                                                                          random_checkpoints):
-    from tritontts.families.auk.upstream import auk_reference_audio
+    from tritontts.families.auk.upstream import auk_upstream_audio
 
     audio, encoded = clip_wav(1.3)
     params = {"instructions": "Add rain to the recording.", "ref_audio": encoded, "seed": 9,
               "num_inference_steps": STEPS, "vae_sample": True}
     got, sizes = served(stack, "", params)
     frames = audio.size // HOP
-    want = auk_reference_audio(random_checkpoints["auk"], "Add rain to the recording.", frames, 9, nfe=STEPS,
+    want = auk_upstream_audio(random_checkpoints["auk"], "Add rain to the recording.", frames, 9, nfe=STEPS,
                                clip24k=audio, vae_sample=True)
     diff = float(np.abs(got - want).max()) if got.shape == want.shape else float("inf")
     print(f"edit of a {audio.size / RATE:.2f} s clip: {frames} frames; max-abs-diff {diff:.2e} "
@@ -93,7 +93,7 @@ def test_an_edit_of_a_clip_keeps_its_length_and_equals_the_reference_with_a_post
     check_plan(sizes, frames)
     assert float(np.abs(want).max()) > 1e-2 and diff < 1e-4
     # The mean (no posterior draw) is another reference: the draw mattered.
-    mean = auk_reference_audio(random_checkpoints["auk"], "Add rain to the recording.", frames, 9, nfe=STEPS,
+    mean = auk_upstream_audio(random_checkpoints["auk"], "Add rain to the recording.", frames, 9, nfe=STEPS,
                                clip24k=audio, vae_sample=False)
     print(f"posterior draw vs mean: {float(np.abs(got - mean).max()):.2e}")
     assert float(np.abs(got - mean).max()) > 1e-3

@@ -22,12 +22,12 @@ def in_process_audio(root, text: str, seed: int, frames: int) -> np.ndarray:
     from tritontts.families.gepard.checkpoint import open_checkpoint
     from tritontts.families.gepard.codec import NanoCodecDecoder
     from tritontts.families.gepard.prompt import GepardPromptBuilder
-    from tritontts.families.gepard.upstream import gepard_reference_frames, gepard_reference_talker
+    from tritontts.families.gepard.upstream import gepard_upstream_frames, gepard_upstream_talker
 
     ckpt = open_checkpoint(root)
-    backbone, omni = gepard_reference_talker(ckpt)
+    backbone, omni = gepard_upstream_talker(ckpt)
     ids = GepardPromptBuilder(ckpt.root, ckpt.config)(text)
-    codes = gepard_reference_frames(backbone, omni, ckpt.config, ids, seed, frames)
+    codes = gepard_upstream_frames(backbone, omni, ckpt.config, ids, seed, frames)
     return NanoCodecDecoder.from_nemo(ckpt.codec_file).decode_codes(codes.T[None])[0].numpy()
 
 

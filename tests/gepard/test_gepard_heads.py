@@ -9,7 +9,7 @@ import torch
 
 from tritontts.families.gepard.heads import GepardHeads, heads_state
 from tritontts.families.gepard.prompt import GepardPromptBuilder, prompt_ids
-from tritontts.families.gepard.upstream import GEPARD_STAND_INS, gepard_reference_talker
+from tritontts.families.gepard.upstream import GEPARD_STAND_INS, gepard_upstream_talker
 from tritontts.upstream import vllm_omni_module
 
 
@@ -19,7 +19,7 @@ def heads_and_reference(checkpoint):
 
     heads = GepardHeads(checkpoint.config)
     heads.load_state_dict(heads_state(load_file(str(checkpoint.weight_files[0]))), strict=True)
-    _, omni = gepard_reference_talker(checkpoint)
+    _, omni = gepard_upstream_talker(checkpoint)
     return heads.eval(), omni
 
 

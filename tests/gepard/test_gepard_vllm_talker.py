@@ -13,7 +13,7 @@ from tritontts.families.gepard.checkpoint import open_checkpoint
 from tritontts.families.gepard.prompt import GepardPromptBuilder
 from tritontts.families.gepard.random_checkpoint import write_random_checkpoint
 from tritontts.testing.engine import close_engine, frames_engine
-from tritontts.families.gepard.upstream import gepard_reference_frames, gepard_reference_talker
+from tritontts.families.gepard.upstream import gepard_upstream_frames, gepard_upstream_talker
 
 MAX_FRAMES = 16
 TEXTS = ("Hello there, how are you today?", "One more.",
@@ -80,15 +80,15 @@ def test_vllm_frames_equal_the_reference_loop_for_batched_requests_stopped_eithe
     build = GepardPromptBuilder(checkpoint.root, checkpoint.config)
     prompts, seeds = [build(t) for t in TEXTS], [1, 2, 3]
     got, _, outputs = run_vllm(checkpoint, llm, prompts, seeds)
-    backbone, omni = gepard_reference_talker(checkpoint)
+    backbone, omni = gepard_upstream_talker(checkpoint)
     for k, (ids, seed) in enumerate(zip(prompts, seeds)):
-        want = gepard_reference_frames(backbone, omni, checkpoint.config, ids, seed, MAX_FRAMES)
+        want = gepard_upstream_frames(backbone, omni, checkpoint.config, ids, seed, MAX_FRAMES)
         print(f"request {k}: {got[k].shape[0]} frames from vLLM, {want.shape[0]} from the reference; "
               f"tokens {list(outputs[k].outputs[0].token_ids)}")
         assert got[k].shape == want.shape and torch.equal(got[k], want)
     # Both ends happen: a request stopped by its stop head, another by its frame budget.
     assert {g.shape[0] < MAX_FRAMES for g in got} == {True, False}
-    other = gepard_reference_frames(backbone, omni, checkpoint.config, prompts[0], 99, MAX_FRAMES)
+    other = gepard_upstream_frames(backbone, omni, checkpoint.config, prompts[0], 99, MAX_FRAMES)
     n = min(other.shape[0], got[0].shape[0])
     assert not torch.equal(other[:n], got[0][:n])
 
@@ -117,7 +117,7 @@ def test_vllm_backbone_hidden_states_match_transformers_within_1e4_and_a_perturb
     seen.clear()
     frames, streams, _ = run_vllm(checkpoint, llm, [ids], [5], max_frames=10)
     ours = torch.stack([h for key, _, h in seen if key == id(streams[0])])
-    backbone, omni = gepard_reference_talker(checkpoint)
+    backbone, omni = gepard_upstream_talker(checkpoint)
 
     diff = (teacher_forced_hidden(backbone, omni, c, ids, streams[0], ours.shape[0]) - ours).abs().max().item()
     with torch.no_grad():
@@ -143,8 +143,8 @@ def test_a_prompt_prefilled_in_chunks_gives_the_frames_of_one_prefill(tmp_path_f
         close_engine(llm)
         del llm
         gc.collect()
-    backbone, omni = gepard_reference_talker(checkpoint)
-    want = gepard_reference_frames(backbone, omni, checkpoint.config, ids, 4, 8)
+    backbone, omni = gepard_upstream_talker(checkpoint)
+    want = gepard_upstream_frames(backbone, omni, checkpoint.config, ids, 4, 8)
     print(f"{len(ids)}-id prompt in chunks of 16: {got[0].shape[0]} frames, equal: {torch.equal(got[0], want)}")
     assert len(ids) > 3 * 16 and torch.equal(got[0], want)
 
@@ -176,7 +176,7 @@ def test_a_bfloat16_engine_runs_vllms_own_gated_delta_kernels_within_bf16_roundi
         close_engine(llm)
         del llm
         gc.collect()
-    backbone, omni = gepard_reference_talker(checkpoint)
+    backbone, omni = gepard_upstream_talker(checkpoint)
     ours = torch.stack(seen)
     want = teacher_forced_hidden(backbone, omni, c, ids, streams[0], ours.shape[0])
     relative = ((want - ours).abs().max() / want.abs().max()).item()

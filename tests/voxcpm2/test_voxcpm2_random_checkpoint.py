@@ -31,9 +31,9 @@ def state(ckpt):
 def _reference_state_shapes(root) -> dict[str, tuple[int, ...]]:
     """Upstream's VoxCPM2Model built from root's config.json, on the CPU; its AudioVAE is a
     stand-in with the sizes only, so no audio_vae.* keys appear."""
-    from tritontts.families.voxcpm2.upstream import voxcpm2_reference_model
+    from tritontts.families.voxcpm2.upstream import voxcpm2_upstream_model
 
-    model = voxcpm2_reference_model(root, audio_vae=False)
+    model = voxcpm2_upstream_model(root, audio_vae=False)
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 

@@ -35,9 +35,9 @@ def ours(ckpt):
 
 @pytest.fixture(scope="module")
 def upstream(ckpt):
-    from tritontts.families.voxcpm2.upstream import voxcpm2_reference_model
+    from tritontts.families.voxcpm2.upstream import voxcpm2_upstream_model
 
-    return voxcpm2_reference_model(ckpt)
+    return voxcpm2_upstream_model(ckpt)
 
 
 @pytest.fixture(scope="module")

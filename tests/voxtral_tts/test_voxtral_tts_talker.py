@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tritontts.families.voxtral_tts.upstream import voxtral_reference_frames, voxtral_reference_talker
+from tritontts.families.voxtral_tts.upstream import voxtral_upstream_frames, voxtral_upstream_talker
 from tritontts.families.voxtral_tts.checkpoint import open_checkpoint
 from tritontts.families.voxtral_tts.random_checkpoint import write_random_checkpoint
 from tritontts.families.voxtral_tts.talker import VoxtralTalker, talker_state
@@ -30,8 +30,8 @@ def test_backbone_matches_transformers_mistral_with_reordered_rows(loaded):
     ids = torch.randint(100, ckpt.config.backbone.vocab_size, (2, 23), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ours = talker.hidden(talker.tok_embeddings(ids))
-        want = voxtral_reference_talker(ckpt)[0](input_ids=ids).last_hidden_state
-        plain = voxtral_reference_talker(ckpt, reorder=False)[0](input_ids=ids).last_hidden_state
+        want = voxtral_upstream_talker(ckpt)[0](input_ids=ids).last_hidden_state
+        plain = voxtral_upstream_talker(ckpt, reorder=False)[0](input_ids=ids).last_hidden_state
     diff = (ours - want).abs().max().item()
     print(f"backbone hidden max-abs-diff {diff:.2e}; without the row reordering {(ours - plain).abs().max():.2e}")
     assert diff < 1e-4
@@ -82,12 +82,12 @@ def test_generate_equals_the_reference_loop_with_the_same_noise(loaded):
     from tritontts.families.voxtral_tts.acoustic import END_AUDIO
 
     ckpt, _, talker = loaded
-    backbone, acoustic = voxtral_reference_talker(ckpt)
+    backbone, acoustic = voxtral_upstream_talker(ckpt)
     ids = speech_ids(ckpt, "Hello there, how are you today?", "neutral_female")
     with torch.no_grad():
         prompt = talker.prompt_embeds(ids, ckpt.voice_embedding("neutral_female"))
     torch.manual_seed(5)
-    want = voxtral_reference_frames(backbone, acoustic, talker.embed_frames, prompt[None], 10)[0]
+    want = voxtral_upstream_frames(backbone, acoustic, talker.embed_frames, prompt[None], 10)[0]
     ended = (want[:, 0] == END_AUDIO).nonzero()
     want = want[:int(ended[0])] if len(ended) else want
     torch.manual_seed(5)

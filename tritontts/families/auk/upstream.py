@@ -31,7 +31,7 @@ def auk_fused_condition(hidden_states, layer_weights, layer_scale: float):
     return (F.layer_norm(hidden, hidden.shape[-1:]) * mix[:, None, None]).sum(0) * layer_scale
 
 
-def auk_reference_audio(root, instruction: str, frames: int, seed: int, t_grid=None, nfe: int = 32,
+def auk_upstream_audio(root, instruction: str, frames: int, seed: int, t_grid=None, nfe: int = 32,
                         cfg: float = 2.0, sway: float | None = -1.0, clip24k=None, vae_sample: bool = False):
     """AuK end to end by the references, fp32, on a checkpoint folder: transformers'
     Qwen2_5OmniThinkerForConditionalGeneration (its processor's Whisper features for the clip,

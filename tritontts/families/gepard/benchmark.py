@@ -4,7 +4,7 @@ random weights, on this machine, in one run:
 
 1. talker frames per second: our vLLM talker (paged attention + the hybrid cache, our fp32
    gated-delta core, the heads inside each step, batched across requests, each request's
-   own generator) vs the reference loop (tritontts.families.gepard.upstream.gepard_reference_frames:
+   own generator) vs the reference loop (tritontts.families.gepard.upstream.gepard_upstream_frames:
    transformers' Qwen3_5ForCausalLM with its cache + vLLM-Omni 0.30's heads, one request at
    a time: batch 8 is 8 requests in turn), fp32 both (or bf16 both: TRITONTTS_BENCH_DTYPE=bfloat16),
    batch 1 and 8, equal CPU threads (each
@@ -58,12 +58,12 @@ def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
 
 
 def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
-    from tritontts.families.gepard.upstream import gepard_reference_frames, gepard_reference_talker
+    from tritontts.families.gepard.upstream import gepard_upstream_frames, gepard_upstream_talker
 
-    backbone, omni = gepard_reference_talker(checkpoint)
+    backbone, omni = gepard_upstream_talker(checkpoint)
     backbone, omni = backbone.to(getattr(torch, DTYPE)), omni.to(getattr(torch, DTYPE))
     ids = prompt_ids(checkpoint)
-    return in_turn_speed(lambda n, k: gepard_reference_frames(backbone, omni, checkpoint.config, ids, k, n).shape[0],
+    return in_turn_speed(lambda n, k: gepard_upstream_frames(backbone, omni, checkpoint.config, ids, k, n).shape[0],
                          frames, "reference loop", batches=batches)
     # each arm runs in a process of its own: the model goes with it
 

@@ -12,7 +12,7 @@ from ...upstream import vllm_omni_module
 GEPARD_STAND_INS = {"vllm.model_executor.models.qwen3_5": {"Qwen3_5ForCausalLM": None}}
 
 
-def gepard_reference_talker(checkpoint):
+def gepard_upstream_talker(checkpoint):
     """Gepard's references on a checkpoint's weights, fp32: transformers' Qwen3_5ForCausalLM
     on model.* and lm_head (its torch Gated-DeltaNet fallback), and vLLM-Omni 0.30's
     GepardTalkerForConditionalGeneration holding the heads (its codebook heads fused as its
@@ -61,7 +61,7 @@ def gepard_reference_talker(checkpoint):
     return backbone.float().eval(), omni.float().eval()
 
 
-def gepard_reference_frames(backbone, omni, config, prompt_ids: list[int], seed: int, max_frames: int):
+def gepard_upstream_frames(backbone, omni, config, prompt_ids: list[int], seed: int, max_frames: int):
     """The reference talker loop for one request: frames [n, 32] until the stop head fires
     (from the second frame on, as vLLM-Omni lets it) or max_frames. Prompt embeddings with
     null_prefix at the speaker slots; transformers' cache (prefill, then one position a

@@ -74,9 +74,9 @@ def vllm_speed(checkpoint, patches: int, batches=(1, 8)) -> dict[int, float]:
 
 
 def reference_speed(checkpoint, patches: int, batches=(1, 8)) -> dict[int, float]:
-    from tritontts.families.voxcpm2.upstream import voxcpm2_reference_model
+    from tritontts.families.voxcpm2.upstream import voxcpm2_upstream_model
 
-    model = voxcpm2_reference_model(checkpoint.root, audio_vae=False)
+    model = voxcpm2_upstream_model(checkpoint.root, audio_vae=False)
     prompt = build_prompt_of(checkpoint)
     args = (prompt.ids[None].int(), prompt.text_mask[None].int(), prompt.feats[None], prompt.audio_mask[None].int())
 

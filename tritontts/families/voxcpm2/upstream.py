@@ -18,7 +18,7 @@ def voxcpm_module(name: str):
         yield module
 
 
-def voxcpm2_reference_model(root, dtype: str = "float32", audio_vae: bool = True):
+def voxcpm2_upstream_model(root, dtype: str = "float32", audio_vae: bool = True):
     """voxcpm 2.0.3's VoxCPM2Model for the checkpoint at `root` (config.json, tokenizer,
     model.safetensors; with `audio_vae`, its AudioVAE v2 from audiovae.safetensors, else a
     stand-in with the sizes only), on the CPU in `dtype`, weights loaded. Its librosa is a

@@ -4,7 +4,7 @@ weights, on this machine, in one run:
 
 1. talker frames per second: our vLLM talker (paged attention, the acoustic transformer
    inside each step, batched across requests, each request's own noise) vs the reference
-   loop (tritontts.families.voxtral_tts.upstream.voxtral_reference_frames: transformers' Mistral with
+   loop (tritontts.families.voxtral_tts.upstream.voxtral_upstream_frames: transformers' Mistral with
    its KV cache + vLLM-Omni 0.30's FlowMatchingAudioTransformer per frame, the batch's rows
    in one forward), fp32 both, batch 1 and 8 (the same prompt 8 times), equal CPU threads
    (each arm in a process of its own: tritontts/benchmark/arms.py). A request ends early
@@ -66,12 +66,12 @@ def vllm_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
 
 def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]:
     from tritontts.weights.checkpoint import read_tensors
-    from tritontts.families.voxtral_tts.upstream import voxtral_reference_frames, voxtral_reference_talker
+    from tritontts.families.voxtral_tts.upstream import voxtral_upstream_frames, voxtral_upstream_talker
     from tritontts.families.voxtral_tts.checkpoint import WEIGHTS_FILE
     from tritontts.families.voxtral_tts.talker import (
         CODEBOOK_EMBEDDINGS, FrameEmbeddings, place_voice)
 
-    backbone, acoustic = voxtral_reference_talker(checkpoint)
+    backbone, acoustic = voxtral_upstream_talker(checkpoint)
     c = checkpoint.config
     embed_frames = FrameEmbeddings(c.acoustic, c.backbone.dim)
     embed_frames.table.weight.data = read_tensors(checkpoint.path(WEIGHTS_FILE),
@@ -81,11 +81,11 @@ def reference_speed(checkpoint, frames: int, batches=(1, 8)) -> dict[int, float]
         # The backbone's embedding table is the text embedding table: the prompt from it.
         prompt = place_voice(backbone.embed_tokens(ids), ids, checkpoint.voice_embedding(VOICE), c.audio_token_id)
     torch.manual_seed(0)
-    voxtral_reference_frames(backbone, acoustic, embed_frames, prompt[None], 2, CFG)      # warm-up
+    voxtral_upstream_frames(backbone, acoustic, embed_frames, prompt[None], 2, CFG)      # warm-up
     speed = {}
     for batch in batches:
         start = time.perf_counter()
-        out = voxtral_reference_frames(backbone, acoustic, embed_frames, prompt[None].expand(batch, -1, -1),
+        out = voxtral_upstream_frames(backbone, acoustic, embed_frames, prompt[None].expand(batch, -1, -1),
                                        frames, CFG)
         wall = time.perf_counter() - start
         made = sum(audio_frames(row) for row in out)

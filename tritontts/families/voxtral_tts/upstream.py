@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...upstream import vllm_omni_module
 
 
-def voxtral_reference_talker(checkpoint, reorder: bool = True):
+def voxtral_upstream_talker(checkpoint, reorder: bool = True):
     """The Voxtral TTS talker's references on a checkpoint's weights, fp32: transformers'
     MistralModel on the backbone (wq / wk rows reordered for its rotate-half RoPE unless
     `reorder` is False: the negative control) and vLLM-Omni 0.30's
@@ -66,9 +66,9 @@ def voxtral_reference_talker(checkpoint, reorder: bool = True):
     return backbone.float().eval(), acoustic.float().eval()
 
 
-def voxtral_reference_frames(backbone, acoustic, embed_frames, prompt, frames: int, cfg: float = 1.2):
+def voxtral_upstream_frames(backbone, acoustic, embed_frames, prompt, frames: int, cfg: float = 1.2):
     """The reference talker loop: frames [B, frames, 37] (shifted codes) for prompt
-    embeddings [B, T, dim] from `voxtral_reference_talker`'s modules: transformers' KV cache
+    embeddings [B, T, dim] from `voxtral_upstream_talker`'s modules: transformers' KV cache
     (prefill, then one position a step), vLLM-Omni's FlowMatchingAudioTransformer per frame
     (its own noise, from torch's global generator), the frame's summed codebook embeddings
     as the next input (`embed_frames`: ours, tritontts.families.voxtral_tts.talker.FrameEmbeddings;
