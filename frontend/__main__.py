@@ -216,30 +216,30 @@ def checked(name: str, family, path: str) -> Path:
     return resolved
 
 
-def served_checkpoints(families: list[str], instances: dict[str, str],
+def served_checkpoints(families: list[str], extra_models: dict[str, str],
                        env: dict[str, str]) -> dict[str, Path]:
     """The checkpoint path of each served model that has one (the front lists their voices)."""
     paths = {name: Path(env[FAMILIES[name].checkpoint_env]) for name in families
              if FAMILIES[name].checkpoint_env in env}
-    paths.update({name: Path(path).expanduser().resolve() for name, path in instances.items()})
+    paths.update({name: Path(path).expanduser().resolve() for name, path in extra_models.items()})
     return paths
 
 
-def instance_repositories(instances: dict[str, str], source: Path | None = None) -> tuple[Path, ...]:
+def served_model_repositories(extra_models: dict[str, str], source: Path | None = None) -> tuple[Path, ...]:
     """A model repository (a fresh temporary folder) with each extra checkpoint's renamed
     stages (copied from `source`, default model_repository/) and ensemble; each checkpoint
     checked first, naming the file."""
-    if not instances:
+    if not extra_models:
         return ()
     import tempfile
 
-    from tritontts.deploy.repository import STAGE_REPOSITORY, write_instance
+    from tritontts.deploy.repository import STAGE_REPOSITORY, write_served_model
 
     out = Path(tempfile.mkdtemp(prefix="tritontts-models-"))
     try:
-        for name, path in instances.items():
+        for name, path in extra_models.items():
             family = family_of(name)
-            write_instance(name, family, checked(name, family, path), out,
+            write_served_model(name, family, checked(name, family, path), out,
                            source=source or STAGE_REPOSITORY)
     except BaseException:
         remove([out])
@@ -291,11 +291,11 @@ def main(argv=None) -> int:
         print(exc, file=sys.stderr)
         return 2
     # Other checkpoints of a family are served beside its default one, as FAMILY-SUFFIX.
-    instances = {name: path for name, path in given.items() if name not in FAMILIES}
-    ignored = sorted(set(given) - set(families) - set(instances))
+    extra_models = {name: path for name, path in given.items() if name not in FAMILIES}
+    ignored = sorted(set(given) - set(families) - set(extra_models))
     if ignored:
         print(f"--checkpoint for {', '.join(ignored)} ignored: not in --families", file=sys.stderr)
-    models = families + sorted(instances)
+    models = families + sorted(extra_models)
 
     # SIGTERM (also re-raised by uvicorn after its graceful shutdown) is a normal stop:
     # unwind through the finally below so tritonserver is stopped too.
@@ -310,7 +310,7 @@ def main(argv=None) -> int:
         try:
             profiled = profile_repository(args.profile, models, args.gpus, args.gpu_memory_gib)
             temporary += [profiled] if profiled else []
-            repositories = instance_repositories(instances, profiled)
+            repositories = served_model_repositories(extra_models, profiled)
             temporary += repositories
         except LaunchError as exc:
             print(exc, file=sys.stderr)
@@ -328,7 +328,7 @@ def main(argv=None) -> int:
             triton.supervise()          # a tritonserver that dies is brought back
             triton_url = [triton.grpc_url]
         app = create_app(triton_url, models, args.max_in_flight, args.request_timeout,
-                         checkpoints=served_checkpoints(families, instances, env),
+                         checkpoints=served_checkpoints(families, extra_models, env),
                          voices_dir=args.voices_dir, preload_voices=args.preload_voices,
                          max_voices=args.max_voices,
                          media=MediaPolicy(allowed_local_media_path=args.allowed_local_media_path,

@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from tritontts.families import family_of
 from tritontts.family import Family
-from tritontts.deploy.repository import instance_stage
+from tritontts.deploy.repository import served_model_stage
 from tritontts.protocol import InvalidRequest, asks_nothing, check_text
 from tritontts.voice import VOICE_FEATURES
 
@@ -360,7 +360,7 @@ class SpeechService:
         """The model's voice encoder stage on a reference (held in an admission slot: it
         is real work)."""
         family = served.family
-        stage = instance_stage(served.name, family, family.voice_encoder)
+        stage = served_model_stage(served.name, family, family.voice_encoder)
         async with self.admission.slot(served.name):
             try:
                 return await self.client.encode_voice(stage, params)

@@ -19,7 +19,7 @@ from tritontts.deploy.profiles import (
     ENGINE_BUDGET, GPU_SIZING_FILE, ProfileError, check_engines, config_text, engine_shares,
     gpu_sizing, write_profile_repository)
 from tritontts.deploy.repository import (
-    ENSEMBLE_REPOSITORY, STAGE_REPOSITORY, ensemble_config, read_config, write_instance)
+    ENSEMBLE_REPOSITORY, STAGE_REPOSITORY, ensemble_config, read_config, write_served_model)
 
 STAGES = profiles.stage_names()
 GPU, CPU = mc.ModelInstanceGroup.Kind.KIND_GPU, mc.ModelInstanceGroup.Kind.KIND_CPU
@@ -228,7 +228,7 @@ def test_errors_name_what_to_change(tmp_path):
 
 def test_an_extra_checkpoint_copies_the_profiled_stages(gpu_repository, tmp_path):
     family = FAMILIES["qwen3_tts"]
-    write_instance("qwen3_tts-base", family, Path("/models/base"), tmp_path, source=gpu_repository)
+    write_served_model("qwen3_tts-base", family, Path("/models/base"), tmp_path, source=gpu_repository)
     talker = config(tmp_path, "qwen3_tts-base_talker")
     assert {g.kind for g in talker.instance_group} == {GPU}
     assert talker.parameters["checkpoint"].string_value == "/models/base"

@@ -127,13 +127,13 @@ def tensor_name(stages: list[mc.ModelConfig], src: Source, model: str) -> str:
     return f"{stages[src.step].name.removeprefix(model + '_')}.{src.name}"
 
 
-def instance_stage(model: str, family: Family, stage: str) -> str:
+def served_model_stage(model: str, family: Family, stage: str) -> str:
     """A stage's model name for a served model: the family's own, or renamed for another
     checkpoint (qwen3_tts_talker -> qwen3_tts-base_talker)."""
     return model + stage[len(family.name):]
 
 
-def write_instance(model: str, family: Family, checkpoint: Path, out: Path,
+def write_served_model(model: str, family: Family, checkpoint: Path, out: Path,
                    source: Path = STAGE_REPOSITORY) -> None:
     """Into repository `out`: the family's stages (from `source`, e.g. a deployment
     profile's rewritten copies) renamed for `model` with the checkpoint as their
@@ -142,13 +142,13 @@ def write_instance(model: str, family: Family, checkpoint: Path, out: Path,
     import shutil
 
     for stage in family.stages:
-        target = out / instance_stage(model, family, stage)
+        target = out / served_model_stage(model, family, stage)
         shutil.copytree(source / stage, target, dirs_exist_ok=True)
         text = (target / "config.pbtxt").read_text()
         old = f'name: "{stage}"'
         if old not in text:
             raise WiringError(f"{source / stage / 'config.pbtxt'} has no {old}")
-        text = text.replace(old, f'name: "{instance_stage(model, family, stage)}"', 1)
+        text = text.replace(old, f'name: "{served_model_stage(model, family, stage)}"', 1)
         text += (f'\nparameters {{ key: "checkpoint" value: {{ string_value: '
                  f'"{checkpoint}" }} }}\n')
         (target / "config.pbtxt").write_text(text)
@@ -159,9 +159,9 @@ def write_instance(model: str, family: Family, checkpoint: Path, out: Path,
 def ensemble_config(family: Family, repository: Path = STAGE_REPOSITORY,
                     model: str | None = None) -> str:
     """The ensemble config.pbtxt text for a family (or for `model`, another checkpoint of it
-    whose renamed stages write_instance put in `repository`), from its stage configs."""
+    whose renamed stages write_served_model put in `repository`), from its stage configs."""
     model = model or family.name
-    names = [instance_stage(model, family, stage) for stage in family.stages]
+    names = [served_model_stage(model, family, stage) for stage in family.stages]
     stages = [read_config(repository / name / "config.pbtxt") for name in names]
     for name, config in zip(names, stages):
         if config.name != name:

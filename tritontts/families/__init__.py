@@ -28,13 +28,13 @@ FAMILIES: dict[str, Family] = {
 # A served model is a family's default checkpoint (model name = the family's name) or another
 # checkpoint of it, served beside it under FAMILY-SUFFIX (`--checkpoint qwen3_tts-base=DIR`):
 # its stages are the family's, renamed (qwen3_tts-base_talker), with the checkpoint path
-# as a config parameter (tritontts.deploy.repository.write_instance).
-INSTANCE_SEPARATOR = "-"
+# as a config parameter (tritontts.deploy.repository.write_served_model).
+MODEL_SUFFIX_SEPARATOR = "-"
 
 
 def family_of(model: str) -> Family | None:
     """The family that serves a model name, or None."""
-    name, sep, suffix = model.partition(INSTANCE_SEPARATOR)
+    name, sep, suffix = model.partition(MODEL_SUFFIX_SEPARATOR)
     if name in FAMILIES and (not sep or (suffix and suffix.replace("_", "").isalnum())):
         return FAMILIES[name]
     return None
