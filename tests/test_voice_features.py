@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 
 from tritontts.families import FAMILIES
-from tritontts.protocol import InvalidRequest, parse_params
+from tritontts.protocol import InvalidRequest, decode_params
 from tritontts.serving.stage import Inputs, StageContext
 from tritontts.voice import VOICE_FEATURES, pack_voice, unpack_voice, voice_metadata
 
@@ -120,7 +120,7 @@ def test_features_replace_the_reference_fields_not_join_them(encoder):
     blob = stage.encode_voice(inputs_of({"ref_audio": reference(), "ref_text": "The reference voice."}))
     both = {VOICE_FEATURES: base64.b64encode(blob).decode(), "ref_audio": reference()}
     with pytest.raises(InvalidRequest, match="replaces ref_audio"):
-        family.parse_params(parse_params(json.dumps(both)))
+        family.parse_params(decode_params(json.dumps(both)))
 
 
 def stage_fingerprint(stage) -> str:

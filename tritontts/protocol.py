@@ -57,7 +57,7 @@ def check_text(text: str) -> str:
     return text
 
 
-def parse_params(raw: str | bytes | None) -> dict[str, Any]:
+def decode_params(raw: str | bytes | None) -> dict[str, Any]:
     """Decode the `params` tensor: empty means no parameters."""
     if isinstance(raw, bytes):
         raw = raw.decode("utf-8", errors="strict")

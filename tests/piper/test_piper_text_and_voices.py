@@ -7,7 +7,7 @@ import pytest
 
 from tritontts.families.piper.request import parse_piper_params, scales_for
 from tritontts.families.piper.voices import load_voice_table
-from tritontts.protocol import InvalidRequest, parse_params
+from tritontts.protocol import InvalidRequest, decode_params
 from tritontts.text import MAX_SENTENCE_CHARS, normalize, split_sentences
 
 
@@ -30,9 +30,9 @@ def test_nothing_speakable():
 
 
 def test_params_validation():
-    assert parse_params("") == {} and parse_params(b'{"seed": 1}') == {"seed": 1}
+    assert decode_params("") == {} and decode_params(b'{"seed": 1}') == {"seed": 1}
     with pytest.raises(InvalidRequest, match="JSON object"):
-        parse_params("[1]")
+        decode_params("[1]")
     with pytest.raises(InvalidRequest, match="speed must be between"):
         parse_piper_params({"speed": 0.1})
     with pytest.raises(InvalidRequest, match="unknown parameter"):

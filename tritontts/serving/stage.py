@@ -32,7 +32,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 import numpy as np
 
 from ..protocol import (
-    AUDIO, PARAMS, SAMPLE_RATE, TEXT, VOICE, InvalidRequest, check_text, parse_params)
+    AUDIO, PARAMS, SAMPLE_RATE, TEXT, VOICE, InvalidRequest, check_text, decode_params)
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,7 @@ def default_voice_only(voice: str, how: str) -> None:
 def begin_request(inputs: Inputs, parser: Callable[[dict[str, Any]], Any]) -> RequestStart:
     """Check text, parse params with the family's parser, pick seed and stream_id."""
     text = check_text(inputs.scalar(TEXT, ""))
-    params = parser(parse_params(inputs.scalar(PARAMS, "")))
+    params = parser(decode_params(inputs.scalar(PARAMS, "")))
     seed = getattr(params, "seed", None)
     return RequestStart(text, inputs.scalar(VOICE, ""), params,
                         seed if seed is not None else secrets.randbits(62), secrets.randbits(63))

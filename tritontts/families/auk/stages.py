@@ -26,7 +26,7 @@ import torch
 
 from ...protocol import (
     AUDIO, CHUNK_INDEX, IS_FINAL, MAX_INPUT_CHARS, PARAMS, SAMPLE_RATE, STREAM_ID, TEXT, VOICE,
-    InvalidRequest, at_least_one_row, parse_params)
+    InvalidRequest, at_least_one_row, decode_params)
 from ...serving.stage import Inputs, Stage, StageContext, StreamingStage, default_voice_only
 from ...engine.vllm_talker import VllmTalkerStage
 from .checkpoint import AuKCheckpoint
@@ -97,7 +97,7 @@ class AuKPromptStage(Stage):
         text = inputs.scalar(TEXT, "") or ""
         if len(text) > MAX_INPUT_CHARS:
             raise InvalidRequest(f"input is {len(text)} characters; the limit is {MAX_INPUT_CHARS}")
-        params = parse_auk_params(parse_params(inputs.scalar(PARAMS, "")))
+        params = parse_auk_params(decode_params(inputs.scalar(PARAMS, "")))
         voice = inputs.scalar(VOICE, "") or ""
         default_voice_only(voice, "AuK has no preset voices; use voice 'default', describe "
                            "one in instructions, or send a clip in ref_audio")

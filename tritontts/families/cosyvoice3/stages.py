@@ -20,7 +20,7 @@ import torch
 from ... import sampling
 from ...sampling import SAMPLING
 from ...protocol import (
-    AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, parse_params)
+    AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, decode_params)
 from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only
 from ...text import normalize, split_sentences
 from ...engine.vllm_talker import VllmTalkerStage
@@ -107,7 +107,7 @@ class CosyVoice3PromptStage(Stage):
         }
 
     def encode_voice(self, inputs: Inputs) -> bytes:
-        params = parse_cosyvoice3_params(parse_params(inputs.scalar(PARAMS, "")))
+        params = parse_cosyvoice3_params(decode_params(inputs.scalar(PARAMS, "")))
         if params.ref_audio is None:
             raise InvalidRequest("a voice is stored from ref_audio and ref_text")
         return self.extractor.pack(self.extractor.extract(params.ref_audio, params.ref_text),

@@ -26,7 +26,7 @@ from ...audio import reference_recording
 from ...serving.lru import LRU
 from ...sampling import SAMPLING
 from ...protocol import (
-    AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, parse_params)
+    AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, decode_params)
 from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only
 from ...engine.vllm_talker import FrameChunkTalkerStage
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
@@ -96,7 +96,7 @@ class FishS2ProPromptStage(Stage):
 
     def encode_voice(self, inputs: Inputs) -> bytes:
         """A voice for storing: the recording's codes, with its transcript."""
-        params = parse_fish_s2_pro_params(parse_params(inputs.scalar(PARAMS, "")))
+        params = parse_fish_s2_pro_params(decode_params(inputs.scalar(PARAMS, "")))
         if params.ref_audio is None:
             raise InvalidRequest("a voice is stored from ref_audio and ref_text")
         return pack_voice(FAMILY.name, self.fingerprint, {"codes": self.codes(params.ref_audio).numpy()},

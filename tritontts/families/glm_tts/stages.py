@@ -29,7 +29,7 @@ from ...nn.ras import ras_extra_args
 from ...sampling import SAMPLING
 from ...protocol import (
     AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, at_least_one_row,
-    parse_params)
+    decode_params)
 from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only
 from ...text import normalize, split_sentences
 from ...engine.vllm_talker import VllmTalkerStage
@@ -100,7 +100,7 @@ class GLMTTSPromptStage(Stage):
                 SAMPLING: sampling.encode(params.sampling), STREAM_ID: start.stream_id}
 
     def encode_voice(self, inputs: Inputs) -> bytes:
-        params = parse_glm_tts_params(parse_params(inputs.scalar(PARAMS, "")))
+        params = parse_glm_tts_params(decode_params(inputs.scalar(PARAMS, "")))
         if params.ref_audio is None:
             raise InvalidRequest("a voice is stored from ref_audio and ref_text")
         return self.extractor.pack(self.extractor.extract(params.ref_audio, params.ref_text),

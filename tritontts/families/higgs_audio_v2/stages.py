@@ -31,7 +31,7 @@ from ...serving.lru import LRU
 from ...sampling import SAMPLING
 from ...protocol import (
     AUDIO, at_least_one_row, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest,
-    parse_params)
+    decode_params)
 from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
@@ -124,7 +124,7 @@ class HiggsAudioV2PromptStage(Stage):
 
     def encode_voice(self, inputs: Inputs) -> bytes:
         """An uploaded voice for storing: the reference's codes and transcript."""
-        params = parse_higgs_audio_v2_params(parse_params(inputs.scalar(PARAMS, "")))
+        params = parse_higgs_audio_v2_params(decode_params(inputs.scalar(PARAMS, "")))
         if params.ref_audio is None:
             raise InvalidRequest("a higgs-audio v2 voice is stored from ref_audio with ref_text")
         codes, ref_text = self.reference(params)

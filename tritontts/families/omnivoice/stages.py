@@ -27,7 +27,7 @@ import torch
 from ...audio import reference_recording
 from ...serving.lru import LRU
 from ...protocol import (
-    AUDIO, CHUNK_INDEX, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, parse_params)
+    AUDIO, CHUNK_INDEX, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, decode_params)
 from ...serving.stage import (
     Inputs, Stage, StageContext, StreamingStage, begin_request, default_voice_only)
 from ...text import normalize, split_sentences
@@ -153,7 +153,7 @@ class OmniVoicePromptStage(StreamingStage):
 
     def encode_voice(self, inputs: Inputs) -> bytes:
         """An uploaded voice for storing: the reference's codes, its RMS and transcript."""
-        params = parse_omnivoice_params(parse_params(inputs.scalar(PARAMS, "")))
+        params = parse_omnivoice_params(decode_params(inputs.scalar(PARAMS, "")))
         if params.ref_audio is None:
             raise InvalidRequest("an OmniVoice voice is stored from ref_audio with ref_text")
         codes, ref_text, rms = self.reference(params)

@@ -22,7 +22,7 @@ from ...audio import reference_recording
 from ...serving.lru import LRU
 from ...protocol import (
     AUDIO, at_least_one_row, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest,
-    parse_params)
+    decode_params)
 from ...serving.stage import Inputs, Stage, StageContext, begin_request
 from ... import sampling
 from ...sampling import SAMPLING
@@ -147,7 +147,7 @@ class Qwen3TTSPromptStage(Stage):
     def encode_voice(self, inputs: Inputs) -> bytes:
         """A Base voice for storing: the x-vector, plus the reference's codes and transcript
         ids when it has a transcript (in-context cloning)."""
-        params = parse_qwen3_tts_params(parse_params(inputs.scalar(PARAMS, "")))
+        params = parse_qwen3_tts_params(decode_params(inputs.scalar(PARAMS, "")))
         if params.task_type != "Base" or params.voice_features is not None:
             raise InvalidRequest("a Qwen3-TTS voice is stored from ref_audio (with ref_text for "
                                  "in-context cloning) or from speaker_embedding")

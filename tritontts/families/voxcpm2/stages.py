@@ -24,7 +24,7 @@ from ... import sampling
 from ...audio import reference_recording
 from ...serving.lru import LRU
 from ...sampling import SAMPLING
-from ...protocol import IS_FINAL, PARAMS, STREAM_ID, InvalidRequest, parse_params
+from ...protocol import IS_FINAL, PARAMS, STREAM_ID, InvalidRequest, decode_params
 from ...serving.stage import (
     Inputs, Stage, StageContext, WindowDecoderStage, begin_request, default_voice_only)
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
@@ -122,7 +122,7 @@ class VoxCPM2PromptStage(Stage):
     def encode_voice(self, inputs: Inputs) -> bytes:
         """A voice for storing: the recording's reference patches, and with a transcript its
         continuation patches too (the transcript is stored with them)."""
-        params = parse_voxcpm2_params(parse_params(inputs.scalar(PARAMS, "")))
+        params = parse_voxcpm2_params(decode_params(inputs.scalar(PARAMS, "")))
         if params.ref_audio is None:
             raise InvalidRequest("a voice is stored from ref_audio (with ref_text to allow continuation)")
         arrays = {"reference": self.patches(params.ref_audio, at_start=False).numpy()}

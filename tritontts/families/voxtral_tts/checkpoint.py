@@ -56,11 +56,11 @@ class VoxtralTTSConfig:
     begin_audio_token_id: int
 
 
-def parse_params(path: Path) -> VoxtralTTSConfig:
-    return parse_params_dict(read_json(path), path)
+def read_params_json(path: Path) -> VoxtralTTSConfig:
+    return params_json_config(read_json(path), path)
 
 
-def parse_params_dict(data, path: Path = Path(PARAMS_FILE)) -> VoxtralTTSConfig:
+def params_json_config(data, path: Path = Path(PARAMS_FILE)) -> VoxtralTTSConfig:
     f = ConfigFields(data, path)
     backbone = BackboneConfig(
         dim=f.int("dim", low=1), n_layers=f.int("n_layers", low=1), n_heads=f.int("n_heads", low=1),
@@ -118,7 +118,7 @@ class VoxtralTTSCheckpoint:
 def open_checkpoint(root: str | Path) -> VoxtralTTSCheckpoint:
     root = require_dir(root, "Voxtral TTS")
     require_files(root, (PARAMS_FILE, WEIGHTS_FILE, TOKENIZER_FILE), "Voxtral TTS")
-    config = parse_params(root / PARAMS_FILE)
+    config = read_params_json(root / PARAMS_FILE)
     missing = [v for v in config.voices if not (root / VOICE_DIR / f"{v}.pt").is_file()]
     if missing:
         raise CheckpointError(f"{root / VOICE_DIR}: no embedding for the voice(s) {', '.join(missing)} "

@@ -178,9 +178,9 @@ def random_state(params: dict, vocab_size: int, generator: torch.Generator,
     """Every tensor of consolidated.safetensors in `dtype`, each cast as it is made (the
     released size then never holds all ~4 B values in float32 at once)."""
     from .acoustic import AcousticTransformer
-    from .checkpoint import parse_params_dict
+    from .checkpoint import params_json_config
 
-    config = parse_params_dict(params)
+    config = params_json_config(params)
     b, a = config.backbone, config.acoustic
     state: dict[str, torch.Tensor] = {}
 

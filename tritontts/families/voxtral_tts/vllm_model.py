@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from ...weights.checkpoint import engine_folder
 from .acoustic import END_AUDIO, AcousticTransformer
-from .checkpoint import PARAMS_FILE, WEIGHTS_FILE, VoxtralTTSCheckpoint, parse_params
+from .checkpoint import PARAMS_FILE, WEIGHTS_FILE, VoxtralTTSCheckpoint, read_params_json
 from ...nn.llama_format import rotate_half_rows
 from ...engine.vllm_frames import LogitsFrameTalker
 from .talker import CODEBOOK_EMBEDDINGS, TEXT_EMBEDDINGS, FrameEmbeddings, place_voice
@@ -86,7 +86,7 @@ class VoxtralTTSTalkerForVllm(LogitsFrameTalker, nn.Module):
         from vllm.model_executor.models.utils import maybe_prefix
 
         super().__init__()
-        self.voxtral = parse_params(Path(vllm_config.model_config.model) / PARAMS_COPY)
+        self.voxtral = read_params_json(Path(vllm_config.model_config.model) / PARAMS_COPY)
         b, a = self.voxtral.backbone, self.voxtral.acoustic
         self.model = LlamaModel(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
         self.embed_frames = FrameEmbeddings(a, b.dim)
