@@ -142,18 +142,18 @@ class WindowDecoderStage(Stage):
     (`window` input, frames first) whose first `left_context` frames only give context, so
     the window's newer frames decode exactly as in the whole utterance. Windows of equal
     length, from any streams, are decoded as one batch; each keeps only its new samples.
-    A subclass sets `window`, `hop` (samples per frame) and `sample_rate`, checks a window in
+    A subclass sets `window`, `samples_per_frame` and `sample_rate`, checks a window in
     `check_window` and decodes a stack of them in `decode_windows`."""
 
     window: str
-    hop: int
+    samples_per_frame: int
     sample_rate: int
 
     def check_window(self, window: np.ndarray) -> None:
         """Raise InvalidRequest for a window this decoder cannot take."""
 
     def decode_windows(self, windows: np.ndarray) -> np.ndarray:
-        """[B, frames, ...] -> audio [B, frames * hop]."""
+        """[B, frames, ...] -> audio [B, frames * samples_per_frame]."""
         raise NotImplementedError
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
@@ -179,7 +179,7 @@ class WindowDecoderStage(Stage):
         for members in groups.values():
             audio = self.decode_windows(np.stack([np.asarray(batch[i][self.window]) for i in members]))
             for row, i in enumerate(members):
-                skip = int(batch[i].scalar("left_context")) * self.hop
+                skip = int(batch[i].scalar("left_context")) * self.samples_per_frame
                 results[i] = {AUDIO: audio[row, skip:], SAMPLE_RATE: self.sample_rate}
         return results  # type: ignore[return-value]
 

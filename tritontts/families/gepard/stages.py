@@ -134,7 +134,7 @@ class GepardCodecStage(WindowDecoderStage):
         checkpoint = checkpoint or context.open_checkpoint(FAMILY)
         self.device = torch.device(context.device)
         self.codec = load_served_codec(checkpoint, self.device)
-        self.hop = self.codec.config.samples_per_frame
+        self.samples_per_frame = self.codec.config.samples_per_frame
         self.sample_rate = self.codec.config.sample_rate
         self.levels = np.asarray(self.codec.config.code_levels)
 

@@ -219,7 +219,7 @@ class VoxCPM2AudioVAEStage(WindowDecoderStage):
         super().__init__(context)
         self.device = torch.device(context.device)
         self.vae = load_vae(checkpoint or context.open_checkpoint(FAMILY), self.device)
-        self.hop = self.vae.config.decode_hop
+        self.samples_per_frame = self.vae.config.decode_hop
         self.sample_rate = self.vae.config.out_sample_rate
 
     def check_window(self, window: np.ndarray) -> None:

@@ -134,7 +134,7 @@ class VoxtralTTSCodecStage(WindowDecoderStage):
         # Only the codec's tensors are read (the file also holds the whole talker).
         self.codec = load_codec(read_tensors(path, PREFIX, strip=False), checkpoint.config.codec, str(path),
                                 self.device)
-        self.hop = checkpoint.config.codec.samples_per_frame
+        self.samples_per_frame = checkpoint.config.codec.samples_per_frame
         self.sample_rate = checkpoint.config.codec.sampling_rate
 
     def check_window(self, window: np.ndarray) -> None:
