@@ -46,7 +46,8 @@ def released_graphs() -> list[Graph]:
     from tritontts.families.qwen3_tts.code2wav import (
         Code2WavConfig, Qwen3TTSCode2Wav, code2wav_graphs)
     from tritontts.nn.higgs_codec import (
-        HiggsCodecConfig, HiggsCodecDecoder, codec_config_dict, decoder_graph)
+        HiggsCodecConfig, HiggsCodecDecoder, decoder_graph)
+    from tritontts.nn.higgs_codec.random import codec_config_dict
     from tritontts.families.omnivoice.checkpoint import parse_config
     from tritontts.families.omnivoice.generator import OmniVoiceGenerator, logits_graph
     from tritontts.families.omnivoice.random_checkpoint import config_dict

@@ -20,9 +20,11 @@ from safetensors.torch import load_file, save_file
 from tritontts.weights.checkpoint import CheckpointError
 from tritontts.nn.higgs_codec import (
     CONFIG_FILE, LEGACY_WEIGHTS_FILE, PREPROCESSOR_FILE, WEIGHTS_FILE, HiggsCodecConfig,
-    HiggsCodecDecoder, HiggsCodecEncoder, _tokenizer_classes, chunk_window, codec_config_dict,
-    context_frames, decode_chunk, decode_chunk_rows, decoder_graph, load_codec_decoder, resample,
-    write_legacy_codec, write_random_codec)
+    HiggsCodecDecoder, HiggsCodecEncoder, chunk_window, context_frames, decode_chunk,
+    decode_chunk_rows, decoder_graph, load_codec_decoder, resample, write_legacy_codec,
+    write_random_codec)
+from tritontts.nn.higgs_codec.encoder import _tokenizer_classes
+from tritontts.nn.higgs_codec.random import codec_config_dict
 
 TOLERANCE = 1e-4
 

@@ -37,7 +37,7 @@ def reference_audio(checkpoint_dir, text, seed, frames, ref_audio=None, ref_text
     from tritontts.families.higgs_audio_v2.checkpoint import open_checkpoint
     from tritontts.families.higgs_audio_v2.request import parse_higgs_audio_v2_params
     from tritontts.families.higgs_audio_v2.stages import HiggsAudioV2PromptStage
-    from tritontts.nn.higgs_codec import _tokenizer_classes
+    from tritontts.nn.higgs_codec.encoder import _tokenizer_classes
     from tritontts.serving.stage import StageContext
 
     ckpt = open_checkpoint(checkpoint_dir)

@@ -39,7 +39,7 @@ def prompt_stage(checkpoint):
 def processor(checkpoint):
     from transformers import DacFeatureExtractor, HiggsAudioV2Processor, PreTrainedTokenizerFast
 
-    from tritontts.nn.higgs_codec import _tokenizer_classes
+    from tritontts.nn.higgs_codec.encoder import _tokenizer_classes
 
     # transformers' own HiggsAudioV2TokenizerModel, imported with our torchaudio stand-in
     # (torchaudio is absent here; tests/test_higgs_codec.py checks the stand-in). The

@@ -21,7 +21,7 @@ from a path (nothing is downloaded):
   <root>/tokenizer.json, tokenizer_config.json
                                   the Llama 3 tokenizer with higgs' audio tokens
                                   (<|audio_out_bos|>, <|AUDIO_OUT|>, <|audio_eos|>, ...)
-  <root>/audio_tokenizer/         the higgs-audio v2 codec (tritontts/nn/higgs_codec.py): the
+  <root>/audio_tokenizer/         the higgs-audio v2 codec (tritontts/nn/higgs_codec/): the
                                   transformers higgs_audio_v2_tokenizer layout, or boson-ai's
                                   standalone one (config.json + model.pth)
 
@@ -49,7 +49,7 @@ TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CODEC_DIR = "audio_tokenizer"
 REQUIRED_FILES = (CONFIG_FILE, TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, f"{CODEC_DIR}/config.json")
 # The codec's weights: the transformers layout's model.safetensors, or boson-ai's own
-# single-file layout (model.pth; tritontts/nn/higgs_codec.py reads both).
+# single-file layout (model.pth; tritontts/nn/higgs_codec/ reads both).
 CODEC_WEIGHTS = ("model.safetensors", "model.pth")
 MODEL_TYPE = "higgs_audio_v2"
 DTYPES = ("float32", "bfloat16", "float16")

@@ -2,7 +2,7 @@
 (checkpoint.py): config.json (higgs_audio_v2), generation_config.json, model.safetensors
 with transformers' tensor names (text_lm_head included, as the converted release keeps it),
 a Llama 3 style tokenizer.json with higgs' audio tokens, and audio_tokenizer/ (the codec,
-tritontts/nn/higgs_codec.py). `tiny` runs in seconds on a CPU (tests); `released` has the
+tritontts/nn/higgs_codec/). `tiny` runs in seconds on a CPU (tests); `released` has the
 released sizes (Llama-3.2-3B, vocab 128256, the released codec) for measuring speed.
 
   python -m tritontts.families.higgs_audio_v2.random_checkpoint OUT [--size released] [--seed N]

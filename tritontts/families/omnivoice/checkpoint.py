@@ -11,7 +11,7 @@
   <root>/tokenizer.json or vocab.json + merges.txt, tokenizer_config.json
                                   Qwen3's text tokenizer with OmniVoice's control tokens
                                   (<|lang_start|>, <|text_start|>, <|denoise|>, ...)
-  <root>/audio_tokenizer/         the higgs-audio v2 codec (tritontts/nn/higgs_codec.py)
+  <root>/audio_tokenizer/         the higgs-audio v2 codec (tritontts/nn/higgs_codec/)
 
 config.json is read as data; every missing or malformed file or field is a CheckpointError
 naming it.

@@ -4,7 +4,7 @@ Same files, config fields and tensor names as k2-fsa/OmniVoice: config.json (omn
 llm_config a Qwen3 config), model.safetensors (llm.*, audio_embeddings, audio_heads and the
 codebook_layer_offsets buffer, as the reference's save_pretrained writes it), a Qwen2-style
 text tokenizer with OmniVoice's control tokens after its vocabulary, and audio_tokenizer/
-(the higgs-audio v2 codec, tritontts/nn/higgs_codec.py). `tiny` runs in seconds on a CPU
+(the higgs-audio v2 codec, tritontts/nn/higgs_codec/). `tiny` runs in seconds on a CPU
 (tests); `released` has the released sizes (Qwen3-0.6B backbone, the released codec), for
 measuring speed.
 
