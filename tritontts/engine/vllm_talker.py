@@ -307,6 +307,35 @@ class FrameChunkTalkerStage(VllmTalkerStage):
         """Frames [n, C] (a tensor) -> the codec's codes for them (a numpy array [n, width])."""
         raise NotImplementedError
 
+    def frame_budget(self, prompt_positions: int, asked: int, shorten: str = "the text") -> int:
+        """The audio frames a request may make: what it asked for, within what the talker's
+        max_model_len leaves after its prompt and the one frame that ends it; a 400 if none."""
+        from ..protocol import InvalidRequest
+
+        max_frames = min(asked, self.max_model_len - prompt_positions - 1)
+        if max_frames < 1:
+            raise InvalidRequest(f"the prompt needs {prompt_positions} of the talker's {self.max_model_len} "
+                                 f"positions: shorten {shorten}")
+        return max_frames
+
+    async def stream_frames(self, prompt_ids: list[int], stream, key: str, max_frames: int, stop_token: int,
+                            cancelled: Callable[[], bool]) -> AsyncIterator[dict[str, Any]]:
+        """Run one request's frame stream (its model-side state, registered under `key` for the
+        model to find) for up to max_frames audio frames plus the frame that may end them (the
+        stop token), yielding its chunks; the stream is released however the request ends."""
+        from vllm import SamplingParams
+
+        from .vllm_frames import FRAMES_ARG, register, release
+
+        register(key, stream)
+        params = SamplingParams(temperature=0.0, max_tokens=max_frames + 1, stop_token_ids=[stop_token],
+                                detokenize=False, extra_args={FRAMES_ARG: key})
+        try:
+            async for chunk in self.frame_chunks(prompt_ids, params, key, stream.frames, max_frames, cancelled):
+                yield chunk
+        finally:
+            release(key)
+
     async def frame_chunks(self, prompt_ids: list[int], params, key: str, frames: list, max_frames: int,
                            cancelled: Callable[[], bool]) -> AsyncIterator[dict[str, Any]]:
         """Generate, and yield each chunk as soon as its frames are made (`frames` is the

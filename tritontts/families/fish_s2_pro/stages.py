@@ -128,9 +128,6 @@ class FishS2ProTalkerStage(FrameChunkTalkerStage):
         return frames[:, 1:].numpy().astype(np.int32)
 
     async def run(self, inputs: Inputs) -> AsyncIterator[dict[str, Any]]:
-        from vllm import SamplingParams
-
-        from ...engine.vllm_frames import FRAMES_ARG, register, release
         from .dual_ar import FishSampling, FrameSampler
         from .vllm_model import FishStream
 
@@ -139,26 +136,16 @@ class FishS2ProTalkerStage(FrameChunkTalkerStage):
         prompt = torch.from_numpy(np.array(inputs["prompt"], np.int64))
         if prompt.ndim != 2 or prompt.shape[0] != 1 + c.num_codebooks:
             raise InvalidRequest(f"prompt must be [{1 + c.num_codebooks}, T], got {tuple(prompt.shape)}")
-        max_frames = min(int(inputs.scalar("max_frames")), self.max_model_len - prompt.shape[1] - 1)
-        if max_frames < 1:
-            raise InvalidRequest(f"the prompt needs {prompt.shape[1]} of the talker's {self.max_model_len} "
-                                 "positions: shorten the text or the reference")
+        max_frames = self.frame_budget(prompt.shape[1], int(inputs.scalar("max_frames")),
+                                       "the text or the reference")
         overrides = sampling.decode(inputs.scalar(SAMPLING, ""))
         defaults = FishSampling()
         sampler = FrameSampler(torch.Generator().manual_seed(seed), FishSampling(
             float(overrides.get("temperature", defaults.temperature)), float(overrides.get("top_p", defaults.top_p))))
-        key = f"{stream_id}"
         stream = FishStream(prompt, sampler)
-        register(key, stream)
-        # One token more than the audio frames: the <|im_end|> frame that may end them.
-        params = SamplingParams(temperature=0.0, max_tokens=max_frames + 1, stop_token_ids=[c.im_end_id],
-                                detokenize=False, extra_args={FRAMES_ARG: key})
-        try:
-            async for chunk in self.frame_chunks(prompt[0].tolist(), params, key, stream.frames, max_frames,
-                                                 inputs.cancelled):
-                yield chunk
-        finally:
-            release(key)
+        async for chunk in self.stream_frames(prompt[0].tolist(), stream, f"{stream_id}", max_frames,
+                                              c.im_end_id, inputs.cancelled):
+            yield chunk
 
 
 class FishS2ProCodecStage(Stage):

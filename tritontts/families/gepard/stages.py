@@ -94,30 +94,15 @@ class GepardTalkerStage(FrameChunkTalkerStage):
         return frames[:, :STOP].numpy().astype(np.int32)
 
     async def run(self, inputs: Inputs) -> AsyncIterator[dict[str, Any]]:
-        from vllm import SamplingParams
-
-        from ...engine.vllm_frames import FRAMES_ARG, register, release
         from .vllm_model import GepardStream
 
         stream_id, seed = int(inputs.scalar(STREAM_ID)), int(inputs.scalar("seed"))
         ids = torch.from_numpy(np.array(inputs.flat("ids"), np.int64))
-        max_frames = min(int(inputs.scalar("max_frames")), self.max_model_len - ids.shape[0] - 1)
-        if max_frames < 1:
-            raise InvalidRequest(f"the prompt needs {ids.shape[0]} of the talker's {self.max_model_len} "
-                                 "positions: shorten the text")
-        key = f"{stream_id}"
+        max_frames = self.frame_budget(ids.shape[0], int(inputs.scalar("max_frames")))
         stream = GepardStream(ids, torch.Generator().manual_seed(seed))
-        register(key, stream)
-        # One token more than the audio frames: the stop frame that may end them.
-        params = SamplingParams(temperature=0.0, max_tokens=max_frames + 1,
-                                stop_token_ids=[self.checkpoint.config.end_of_speech], detokenize=False,
-                                extra_args={FRAMES_ARG: key})
-        try:
-            async for chunk in self.frame_chunks(ids.tolist(), params, key, stream.frames, max_frames,
-                                                 inputs.cancelled):
-                yield chunk
-        finally:
-            release(key)
+        async for chunk in self.stream_frames(ids.tolist(), stream, f"{stream_id}", max_frames,
+                                              self.checkpoint.config.end_of_speech, inputs.cancelled):
+            yield chunk
 
 
 class GepardCodecStage(WindowDecoderStage):

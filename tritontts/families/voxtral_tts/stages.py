@@ -85,9 +85,6 @@ class VoxtralTTSTalkerStage(FrameChunkTalkerStage):
         return (frames - SPECIAL_CODES).numpy().astype(np.int32)
 
     async def run(self, inputs: Inputs) -> AsyncIterator[dict[str, Any]]:
-        from vllm import SamplingParams
-
-        from ...engine.vllm_frames import FRAMES_ARG, register, release
         from .vllm_model import EOS, VoiceStream
 
         stream_id, seed = int(inputs.scalar(STREAM_ID)), int(inputs.scalar("seed"))
@@ -95,24 +92,13 @@ class VoxtralTTSTalkerStage(FrameChunkTalkerStage):
         voice = self.voices.get(str(inputs.scalar("voice_name")))
         if voice is None:
             raise InvalidRequest(f"unknown voice {inputs.scalar('voice_name')!r}")
-        frames_left = self.max_model_len - ids.shape[0] - 1
-        max_frames = min(int(inputs.scalar("max_frames")), frames_left)
-        if max_frames < 1:
-            raise InvalidRequest(f"the prompt needs {ids.shape[0]} of the talker's {self.max_model_len} "
-                                 "positions: shorten the text")
+        max_frames = self.frame_budget(ids.shape[0], int(inputs.scalar("max_frames")))
         overrides = sampling.decode(inputs.scalar(SAMPLING, ""))
-        key = f"{stream_id}"
         stream = VoiceStream(ids, voice, torch.Generator().manual_seed(seed),
                              float(overrides.get("cfg_value", DEFAULT_CFG)))
-        register(key, stream)
-        params = SamplingParams(temperature=0.0, max_tokens=max_frames + 1, stop_token_ids=[EOS],
-                                detokenize=False, extra_args={FRAMES_ARG: key})
-        try:
-            async for chunk in self.frame_chunks(ids.tolist(), params, key, stream.frames, max_frames,
-                                                 inputs.cancelled):
-                yield chunk
-        finally:
-            release(key)
+        async for chunk in self.stream_frames(ids.tolist(), stream, f"{stream_id}", max_frames, EOS,
+                                              inputs.cancelled):
+            yield chunk
 
 
 class VoxtralTTSCodecStage(WindowDecoderStage):
