@@ -65,7 +65,7 @@ def test_the_one_layering_exception_stays_a_leaf():
     graph = grimp.build_graph("tritontts", "frontend")
     benchmarks = sorted(m for m in graph.modules if m.startswith("tritontts.families.")
                         and m.endswith(".benchmark"))
-    assert len(benchmarks) == len(FAMILIES)
+    assert benchmarks, "no family benchmark found: the check would pass on nothing"
     for module in benchmarks:
         assert not graph.find_modules_that_directly_import(module), module
 
