@@ -62,3 +62,15 @@ def test_every_relative_link_resolves(page):
         if not path.exists():
             broken.append(target)
     assert not broken, f"{page.relative_to(REPO)}: {broken}"
+
+
+def test_the_clients_help_lists_what_each_family_declares_it_takes():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "tritontts.client.speak", "--help"], capture_output=True,
+                         text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    for name, family in FAMILIES.items():
+        line = next(line for line in out.stdout.splitlines() if line.strip().startswith(f"{name}:"))
+        assert set(line.split(":", 1)[1].replace(",", " ").split()) == set(family.fields.takes) - {"voice_features"}

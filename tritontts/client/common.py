@@ -9,7 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from ..families import DEFAULT_FAMILY
+from ..families import DEFAULT_FAMILY, FAMILIES
+from ..voice import VOICE_FEATURES
 
 DEFAULT_URL = "http://localhost:8091"
 
@@ -35,6 +36,16 @@ def add_request_options(parser: argparse.ArgumentParser) -> None:
                         help="more request fields as a JSON object, e.g. '{\"max_new_tokens\": 200}'")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bar (default: shown when stderr is a terminal)")
+    parser.epilog = "\n".join(filter(None, [parser.epilog, fields_help()]))
+
+
+def fields_help() -> str:
+    """What each family's requests take, from its declaration (tritontts.protocol.RequestFields)."""
+    lines = ["request fields each model takes (--extra, or the options above):"]
+    for name, family in FAMILIES.items():
+        taken = sorted(set(family.fields.takes) - {VOICE_FEATURES})     # the front sends those
+        lines.append(f"  {name}: {', '.join(taken) or 'none'}")
+    return "\n".join(lines)
 
 
 def data_url(path: Path) -> str:
