@@ -21,7 +21,8 @@ import torch
 from ...weights.checkpoint import CheckpointError
 from ...protocol import STREAM_ID, InvalidRequest
 from ...serving.stage import (
-    Inputs, Stage, StageContext, WindowDecoderStage, begin_request, default_voice_only)
+    Inputs, Stage, StageContext, begin_request, default_voice_only)
+from ...serving.window_decoder import WindowDecoderStage
 from ...engine.vllm_talker import FrameChunkTalkerStage
 from .checkpoint import GepardCheckpoint
 from .family import FAMILY

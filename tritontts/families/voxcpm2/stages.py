@@ -26,7 +26,8 @@ from ...serving.lru import LRU
 from ...sampling import SAMPLING
 from ...protocol import IS_FINAL, PARAMS, STREAM_ID, InvalidRequest, decode_params
 from ...serving.stage import (
-    Inputs, Stage, StageContext, WindowDecoderStage, begin_request, default_voice_only)
+    Inputs, Stage, StageContext, begin_request, default_voice_only)
+from ...serving.window_decoder import WindowDecoderStage
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .audio_vae import AudioVAEConfig, decoder_context_frames, load_audio_vae

@@ -21,7 +21,8 @@ import torch
 from ... import sampling
 from ...sampling import SAMPLING
 from ...protocol import STREAM_ID, InvalidRequest
-from ...serving.stage import Inputs, Stage, StageContext, WindowDecoderStage, begin_request
+from ...serving.stage import Inputs, Stage, StageContext, begin_request
+from ...serving.window_decoder import WindowDecoderStage
 from ...engine.vllm_talker import FrameChunkTalkerStage
 from .acoustic import END_AUDIO, SPECIAL_CODES
 from .checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, VoxtralTTSCheckpoint
