@@ -133,7 +133,7 @@ def stack_key(item) -> tuple | None:
     params = getattr(getattr(item, "callspec", None), "params", {})
     if "case" in params and item.module.__name__.endswith("test_family_contract"):
         name, variant = params["case"]
-        options = None if variant is None else {name: FAMILIES[name].variants[variant][0]}
+        options = None if variant is None else {name: FAMILIES[name].variants[variant].options}
         return (name,), _options_key(options)
     if "family" in params and item.module.__name__.endswith("test_load"):
         return (params["family"],), ()

@@ -48,6 +48,14 @@ def lazy(package: str, spec: str) -> Lazy:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """Another checkpoint of a family that the contract suite also runs: the options its
+    random checkpoint is written with, and the request fields a request to it needs."""
+    options: dict[str, Any]
+    example_params: Callable[[], dict[str, Any]]
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a family can honour; the front answers 400 for what it cannot."""
     sample_rate: int                      # of every chunk it streams
@@ -92,9 +100,8 @@ class Family:
     # (tritontts.nn.runtime Graphs) of an opened checkpoint: what build/export.py exports.
     graphs: Callable[[Any], list] | None = None
     example_params: Callable[[], dict[str, Any]] = field(default=dict)
-    # Checkpoint variants the contract suite also runs (e.g. Qwen3-TTS's kinds): name ->
-    # (options for write_random_checkpoint, extra request fields that variant needs).
-    variants: dict[str, tuple[dict[str, Any], Callable[[], dict[str, Any]]]] = field(default_factory=dict)
+    # Checkpoint variants the contract suite also runs (e.g. Qwen3-TTS's kinds), by name.
+    variants: dict[str, Variant] = field(default_factory=dict)
 
     @property
     def checkpoint_env(self) -> str:

@@ -44,14 +44,14 @@ def family(case):
 @pytest.fixture(scope="module")
 def served(case, family, stacks):
     variant = case[1]
-    options = None if variant is None else {family.name: family.variants[variant][0]}
+    options = None if variant is None else {family.name: family.variants[variant].options}
     return stacks.get((family.name,), options)
 
 
 @pytest.fixture(scope="module")
 def example(case, family) -> dict:
     variant = case[1]
-    return family.example_params() if variant is None else family.variants[variant][1]()
+    return family.example_params() if variant is None else family.variants[variant].example_params()
 
 
 def speech(served, family, example, **fields) -> httpx.Response:
@@ -207,8 +207,8 @@ def checkpoint_clones(family, case, example) -> bool:
         return False
     if "ref_audio" in example:
         return True
-    options = {} if case[1] is None else family.variants[case[1]][0]
-    return any(opts == options and "ref_audio" in make() for opts, make in family.variants.values())
+    options = {} if case[1] is None else family.variants[case[1]].options
+    return any(v.options == options and "ref_audio" in v.example_params() for v in family.variants.values())
 
 
 def test_an_uploaded_voice_is_spoken_by_name_where_the_checkpoint_clones(served, family, case, example):

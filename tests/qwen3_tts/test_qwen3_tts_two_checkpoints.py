@@ -33,7 +33,7 @@ def test_both_models_are_listed_and_healthy(two):
 
 
 def test_each_model_serves_its_own_checkpoints_task(two):
-    ref = FAMILIES["qwen3_tts"].variants["base"][1]()
+    ref = FAMILIES["qwen3_tts"].variants["base"].example_params()
     custom = httpx.post(two.url + "/v1/audio/speech", timeout=300, json={
         "model": "qwen3_tts", "input": TEXT, "voice": "vivian", "max_new_tokens": 8,
         "response_format": "pcm", "seed": 1})

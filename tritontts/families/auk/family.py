@@ -5,7 +5,7 @@ stream: the audio is sent in chunks as the VAE decodes the finished latents."""
 from __future__ import annotations
 
 
-from ...family import Capabilities, Family, lazy, synthetic_reference
+from ...family import Capabilities, Family, Variant, lazy, synthetic_reference
 from .request import FIELDS, parse_auk_params
 
 
@@ -34,6 +34,6 @@ FAMILY = Family(
     # A second of audio in 4 steps keeps the tiny checkpoint's tests fast (the default is 32).
     example_params=lambda: {"duration_seconds": 1.0, "num_inference_steps": 4},
     variants={
-        "clip": ({}, lambda: {"num_inference_steps": 4, **_clip()}),
+        "clip": Variant({}, lambda: {"num_inference_steps": 4, **_clip()}),
     },
 )

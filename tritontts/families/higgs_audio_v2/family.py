@@ -4,7 +4,7 @@ reference with its transcript; 24 kHz, 25 frames per second."""
 from __future__ import annotations
 
 
-from ...family import Capabilities, Family, lazy, synthetic_reference
+from ...family import Capabilities, Family, Variant, lazy, synthetic_reference
 from .request import FIELDS, parse_higgs_audio_v2_params
 
 
@@ -29,6 +29,6 @@ FAMILY = Family(
     # Random weights rarely sample the stream end: bound the frames a test request makes.
     example_params=lambda: {"max_new_tokens": 40},
     variants={
-        "clone": ({}, lambda: {"max_new_tokens": 40, **synthetic_reference()}),
+        "clone": Variant({}, lambda: {"max_new_tokens": 40, **synthetic_reference()}),
     },
 )

@@ -4,7 +4,7 @@ design from attributes in `instructions`, cloning from a reference with its tran
 from __future__ import annotations
 
 
-from ...family import Capabilities, Family, lazy, synthetic_reference
+from ...family import Capabilities, Family, Variant, lazy, synthetic_reference
 from .request import FIELDS, parse_omnivoice_params
 
 
@@ -28,6 +28,6 @@ FAMILY = Family(
     # Few steps keep the tiny checkpoint's tests fast; the default is 32.
     example_params=lambda: {"num_steps": 8},
     variants={
-        "clone": ({}, lambda: {"num_steps": 8, **synthetic_reference()}),
+        "clone": Variant({}, lambda: {"num_steps": 8, **synthetic_reference()}),
     },
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...family import Capabilities, Family, lazy, synthetic_reference
+from ...family import Capabilities, Family, Variant, lazy, synthetic_reference
 from .request import FIELDS, parse_qwen3_tts_params
 
 
@@ -39,9 +39,9 @@ FAMILY = Family(
     # Random weights rarely sample the end code: bound the frames a test request makes.
     example_params=lambda: {"max_new_tokens": 24},
     variants={
-        "voice_design": ({"kind": "voice_design"},
-                         lambda: {"max_new_tokens": 24, "instructions": "A calm, low voice."}),
-        "base": ({"kind": "base"}, lambda: {"max_new_tokens": 24, **synthetic_reference()}),
+        "voice_design": Variant({"kind": "voice_design"},
+                                lambda: {"max_new_tokens": 24, "instructions": "A calm, low voice."}),
+        "base": Variant({"kind": "base"}, lambda: {"max_new_tokens": 24, **synthetic_reference()}),
     },
 )
 
