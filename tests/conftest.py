@@ -8,9 +8,13 @@ for their random checkpoints (e.g. a checkpoint kind):
     STACK_FAMILIES = ("piper",)
     STACK_CHECKPOINT_OPTIONS = {"qwen3_tts": {"kind": "base"}}
 
+A module whose tests take their stack from a parameter (the contract and load suites)
+says which instead, with a function of the test's parameters:
+
+    def stack_for(params) -> (families, checkpoint options or None)
+
 Modules that need the same stack share one live server: collection puts every test that
-needs a given stack (the same families and checkpoint options, whether a module declares
-them or the contract and load suites take them as a parameter) next to each other, after
+needs a given stack (the same families and checkpoint options) next to each other, after
 the tests that need none, so each server starts once per run (pytest_collection_modifyitems).
 """
 from __future__ import annotations
@@ -131,12 +135,10 @@ def _options_key(options: dict | None) -> tuple:
 def stack_key(item) -> tuple | None:
     """The stack a test runs against: (families, checkpoint options), or None."""
     params = getattr(getattr(item, "callspec", None), "params", {})
-    if "case" in params and item.module.__name__.endswith("test_family_contract"):
-        name, variant = params["case"]
-        options = None if variant is None else {name: FAMILIES[name].variants[variant].options}
-        return (name,), _options_key(options)
-    if "family" in params and item.module.__name__.endswith("test_load"):
-        return (params["family"],), ()
+    stack_for = getattr(item.module, "stack_for", None)
+    if stack_for is not None and params:
+        families, options = stack_for(params)
+        return tuple(families), _options_key(options)
     families = getattr(item.module, "STACK_FAMILIES", None)
     if families:
         return tuple(families), _options_key(getattr(item.module, "STACK_CHECKPOINT_OPTIONS", None))

@@ -30,6 +30,12 @@ CASES = [(name, None) for name in FAMILIES] + [
     (name, variant) for name, family in FAMILIES.items() for variant in family.variants]
 
 
+def stack_for(params):
+    """The stack a test of this module runs on (tests/conftest.py groups tests by it)."""
+    name, variant = params["case"]
+    return (name,), None if variant is None else {name: FAMILIES[name].variants[variant].options}
+
+
 @pytest.fixture(scope="module", params=CASES,
                 ids=[name if variant is None else f"{name}-{variant}" for name, variant in CASES])
 def case(request):

@@ -52,6 +52,11 @@ def rss_by_process(stack) -> dict[str, int]:
     return out
 
 
+def stack_for(params):
+    """The stack a test of this module runs on (tests/conftest.py groups tests by it)."""
+    return (params["family"],), None
+
+
 @pytest.mark.parametrize("family", list(CASES))
 def test_64_streams_for_a_while_lose_nothing(stacks, family):
     stack = stacks.get((family,))
