@@ -53,25 +53,25 @@ def triton_urls(value: str) -> list[str]:
 
 
 def engine_arg(value: str) -> tuple[str, str, object]:
-    """STAGE.KEY=VALUE of --engine-arg: a talker stage's vLLM engine argument."""
+    """STAGE.KEY=VALUE of --engine-arg: a vLLM stage's engine argument."""
     from tritontts.engine.vllm_talker import parse_engine_arg
 
     try:
         stage, key, parsed = parse_engine_arg(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    from tritontts.deploy.profiles import talker_settings_path
+    from tritontts.deploy.profiles import engine_settings_path
     from tritontts.deploy.repository import STAGE_REPOSITORY
 
     # A vLLM stage is one with engine arguments in 1/model.json: the talkers, AuK's encoder.
-    if not talker_settings_path(STAGE_REPOSITORY / stage):
-        raise argparse.ArgumentTypeError(f"{stage!r} in {value!r} is not a talker stage (e.g. fish_s2_pro_talker, "
+    if not engine_settings_path(STAGE_REPOSITORY / stage):
+        raise argparse.ArgumentTypeError(f"{stage!r} in {value!r} is not a vLLM stage (e.g. fish_s2_pro_talker, "
                                          "auk_encoder): only vLLM stages have engine arguments")
     return stage, key, parsed
 
 
 def engine_args_env(given: list[tuple[str, str, object]]) -> dict[str, str]:
-    """tritonserver's environment entry carrying --engine-arg to the talker stages."""
+    """tritonserver's environment entry carrying --engine-arg to the vLLM stages."""
     import json
 
     from tritontts.engine.vllm_talker import ENGINE_ARGS_ENV
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="FAMILY=PATH",
                         help="a family's checkpoint (repeatable); wins over its environment variable")
     parser.add_argument("--engine-arg", action="append", type=engine_arg, default=[], metavar="STAGE.KEY=VALUE",
-                        help="a talker's vLLM engine argument over its 1/model.json (repeatable), e.g. "
+                        help="a vLLM stage's engine argument over its 1/model.json (repeatable), e.g. "
                              "fish_s2_pro_talker.dtype=bfloat16 or voxtral_tts_talker.kv_cache_memory_bytes="
                              "4294967296")
     parser.add_argument("--max-in-flight", type=int, default=64,

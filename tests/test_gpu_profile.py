@@ -24,7 +24,7 @@ from tritontts.deploy.repository import (
 STAGES = profiles.stage_names()
 GPU, CPU = mc.ModelInstanceGroup.Kind.KIND_GPU, mc.ModelInstanceGroup.Kind.KIND_CPU
 SIZING = {stage: gpu_sizing(STAGE_REPOSITORY / stage) for stage in STAGES}
-ENGINES = sorted(s for s in STAGES if profiles.talker_settings_path(STAGE_REPOSITORY / s))
+ENGINES = sorted(s for s in STAGES if profiles.engine_settings_path(STAGE_REPOSITORY / s))
 CPU_STAGES = {s for s in STAGES if SIZING[s].device == "cpu"}
 WITH_PARAMETERS = sorted(s for s in STAGES if SIZING[s].parameters)
 # What every engine served together on an 80 GiB card got from the global table this

@@ -96,7 +96,7 @@ def test_servers_started_after_an_in_process_engine_do_not_inherit_its_vllm_vari
 
 def test_every_talker_asking_more_than_the_tiny_kv_cache_gets_exactly_it():
     from tritontts.families import FAMILIES
-    from tritontts.deploy.profiles import talker_settings_path
+    from tritontts.deploy.profiles import engine_settings_path
     from tritontts.deploy.repository import STAGE_REPOSITORY
     from tritontts.testing.stack import TINY_KV_CACHE_BYTES, tiny_engine_args
 
@@ -106,7 +106,7 @@ def test_every_talker_asking_more_than_the_tiny_kv_cache_gets_exactly_it():
     asked = {}
     for family in FAMILIES.values():
         for stage in family.stages:
-            path = talker_settings_path(STAGE_REPOSITORY / stage)
+            path = engine_settings_path(STAGE_REPOSITORY / stage)
             if path:
                 asked[stage] = json.loads(path.read_text())["engine_args"].get("kv_cache_memory_bytes", 0)
     big = sorted(s for s, b in asked.items() if b > TINY_KV_CACHE_BYTES)

@@ -154,7 +154,7 @@ def test_engine_arg_reaches_the_talker_stage_over_its_model_json(monkeypatch):
 
 @pytest.mark.parametrize("value,needle", [("fish_s2_pro_talker.dtype", "STAGE.KEY=VALUE"),
                                           ("dtype=bfloat16", "STAGE.KEY=VALUE"),
-                                          ("fish_s2_pro_codec.dtype=bfloat16", "not a talker stage")])
+                                          ("fish_s2_pro_codec.dtype=bfloat16", "not a vLLM stage")])
 def test_malformed_engine_arg_exits_2_saying_what_it_takes(value, needle, capsys):
     code, err = launch(["--engine-arg", value], capsys)
     assert code == 2 and needle in err

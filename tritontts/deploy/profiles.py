@@ -178,7 +178,7 @@ def check_engines(stages: list[str], source: Path = STAGE_REPOSITORY,
     counts: dict[str, int] = {}
     engines: dict[str, Engine] = {}
     for stage in stages:
-        if talker_settings_path(source / stage) is None:
+        if engine_settings_path(source / stage) is None:
             continue
         sizing = gpu_sizing(source / stage)
         if sizing.engine is None:
@@ -203,8 +203,8 @@ def copy_ensembles(out: Path, source: Path = ENSEMBLE_REPOSITORY) -> list[Path]:
     return copied
 
 
-def talker_settings_path(stage_dir: Path) -> Path | None:
-    """The stage's vLLM settings (1/model.json with engine_args), if it is a talker."""
+def engine_settings_path(stage_dir: Path) -> Path | None:
+    """The stage's vLLM settings (1/model.json with engine_args), if it runs a vLLM engine."""
     path = stage_dir / "1" / "model.json"
     if path.is_file() and "engine_args" in json.loads(path.read_text()):
         return path
@@ -216,7 +216,7 @@ def gpu_stage(target: Path, origin: Path, gpus: list[int], share: float | None) 
     original = path.read_text()
     config = read_config(path)
     sizing = gpu_sizing(origin)
-    settings = talker_settings_path(target)
+    settings = engine_settings_path(target)
     notes = []
     if sizing.device == "cpu":
         notes.append(f"Kept on the CPU: {sizing.why}")

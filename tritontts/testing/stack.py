@@ -113,13 +113,13 @@ def tiny_engine_args(families: tuple[str, ...]) -> tuple[str, ...]:
     """The launcher's --engine-arg flags that give every vLLM stage of `families` whose
     model.json asks for more than TINY_KV_CACHE_BYTES of KV cache exactly that."""
     from ..families import FAMILIES
-    from ..deploy.profiles import talker_settings_path
+    from ..deploy.profiles import engine_settings_path
     from ..deploy.repository import STAGE_REPOSITORY
 
     args = []
     for family in families:
         for stage in FAMILIES[family].stages:
-            path = talker_settings_path(STAGE_REPOSITORY / stage)
+            path = engine_settings_path(STAGE_REPOSITORY / stage)
             asked = json.loads(path.read_text())["engine_args"].get("kv_cache_memory_bytes", 0) \
                 if path else 0
             if asked > TINY_KV_CACHE_BYTES:
@@ -245,11 +245,11 @@ class StackPool:
     def prepare(self, families: tuple[str, ...]) -> None:
         """What a server of `families` needs done once per run before it starts (servers
         the caller starts itself too): the talkers' model inspection (inspect_talker_models)."""
-        from ..deploy.profiles import talker_settings_path
+        from ..deploy.profiles import engine_settings_path
         from ..deploy.repository import STAGE_REPOSITORY
         from ..families import FAMILIES
 
-        if not self.inspected and any(talker_settings_path(STAGE_REPOSITORY / s)
+        if not self.inspected and any(engine_settings_path(STAGE_REPOSITORY / s)
                                       for f in families for s in FAMILIES[f].stages):
             self.inspected = True
             inspect_talker_models(self.caches)
