@@ -117,3 +117,15 @@ def test_what_the_model_cannot_do_is_a_400_that_says_so(http, fields, needle):
     assert r.status_code == 400, r.text
     assert needle in r.json()["error"]["message"]
     assert http.get("/health").status_code == 200
+
+
+def test_the_reported_request_that_ended_on_a_chunk_boundary_gets_audio(http):
+    """The request of the bug report, on this suite's tiny checkpoint (write_random_checkpoint's
+    default seed): its talker stopped exactly at a chunk boundary, and the codec answered
+    the empty final chunk with a 500. The forced, seed-independent case is in
+    test_fish_s2_pro_stages.py."""
+    r = http.post("/v1/audio/speech", json={"model": "fish_s2_pro", "input": "Hello, how are you?",
+                                            "max_new_tokens": 60, "seed": 6, "response_format": "wav"})
+    assert r.status_code == 200, r.text
+    audio, rate = decode(r.content)
+    assert rate == 44100 and audio.size > 0

@@ -73,3 +73,29 @@ def test_a_window_of_the_wrong_shape_is_a_400(stage):
                                         first_frame=np.array([0], np.int32), stream_id=np.array([1], np.int64),
                                         is_final=np.array([True]))])
     assert isinstance(result, InvalidRequest) and "[frames, 10]" in str(result)
+
+
+def test_a_stream_ending_on_a_chunk_boundary_gets_an_empty_final_chunk_and_its_state_goes(stage):
+    """A talker that stops exactly at a chunk boundary (4, 29, ... frames) sends a final
+    chunk with nothing new: its window is all left context (FrameChunkTalkerStage.chunk:
+    frames 4..29 with left_context 25). With the stream's state that left 0 frames to
+    decode, and the request failed with a 500 ("padded input size per channel: (0)")."""
+    codes = np.random.default_rng(2).integers(0, 16, (29, 10))
+    plan = chunks(codes, 11)
+    assert len(plan) == 2 and bool(plan[-1].scalar("is_final"))
+    plan[-1]["is_final"] = np.array([False])             # the talker had not ended yet ...
+    empty = Inputs(codes=codes[4:29].astype(np.int32), left_context=np.array([25], np.int32),
+                   first_frame=np.array([4], np.int32), stream_id=np.array([11], np.int64),
+                   is_final=np.array([True]))             # ... and ends on the boundary
+    audio = []
+    for batch in ([plan[0]], [plan[1], empty]):
+        for result in stage.run_batch(batch):
+            assert not isinstance(result, Exception), result
+            audio.append(result["audio"])
+    assert audio[-1].size == 0 and 11 not in dict(stage.streams.items)
+    with torch.no_grad():
+        whole = stage.codec.decode(torch.from_numpy(codes.T[None]))[0, 0].numpy()
+    assert float(np.abs(np.concatenate(audio) - whole).max()) < 1e-5
+    # Alone (no state for its stream: another instance, an evicted stream) it is empty too.
+    (result,) = stage.run_batch([empty])
+    assert not isinstance(result, Exception) and result["audio"].size == 0

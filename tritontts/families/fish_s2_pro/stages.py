@@ -206,6 +206,13 @@ class FishS2ProCodecStage(Stage):
                 seen.add(item[1])
             groups: dict[tuple, list] = {}
             for i, stream, window, context, first, final in now:
+                if context == window.shape[0]:
+                    # Nothing new to voice: a stream that ended on a chunk boundary sends a
+                    # final window of context only. Its audio is empty; its state goes.
+                    if final:
+                        self.streams.pop(stream)
+                    results[i] = {AUDIO: np.zeros(0, np.float32), SAMPLE_RATE: self.sample_rate}
+                    continue
                 state = self.streams.get(stream)
                 if state is not None and state.frames == first + context:
                     codes, skip = window[context:], 0                 # exact: new frames only

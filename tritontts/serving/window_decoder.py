@@ -1,0 +1,57 @@
+"""The stateless chunk decoder every causal codec or VAE stage shares: exact windows with left
+context, batched by length."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..protocol import AUDIO, SAMPLE_RATE, InvalidRequest
+from .stage import Inputs, Stage
+
+
+class WindowDecoderStage(Stage):
+    """A stateless chunk decoder (a causal codec or VAE): each request is a window of frames
+    (`window` input, frames first) whose first `left_context` frames only give context, so
+    the window's newer frames decode exactly as in the whole utterance. Windows of equal
+    length, from any streams, are decoded as one batch; each keeps only its new samples.
+    A subclass sets `window`, `samples_per_frame` and `sample_rate`, checks a window in
+    `check_window` and decodes a stack of them in `decode_windows`."""
+
+    window: str
+    samples_per_frame: int
+    sample_rate: int
+
+    def check_window(self, window: np.ndarray) -> None:
+        """Raise InvalidRequest for a window this decoder cannot take."""
+
+    def decode_windows(self, windows: np.ndarray) -> np.ndarray:
+        """[B, frames, ...] -> audio [B, frames * samples_per_frame]."""
+        raise NotImplementedError
+
+    def run(self, inputs: Inputs) -> dict[str, Any]:
+        (result,) = self.run_batch([inputs])
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def run_batch(self, batch: list[Inputs], ready: Callable[[int, Any], None] | None = None
+                  ) -> list[dict[str, Any] | Exception]:
+        results: list[dict[str, Any] | Exception | None] = [None] * len(batch)
+        groups: dict[int, list[int]] = {}
+        for i, inputs in enumerate(batch):
+            window, context = inputs[self.window], int(inputs.scalar("left_context"))
+            try:
+                self.check_window(window)
+                if not 0 <= context <= window.shape[0]:
+                    raise InvalidRequest(f"left_context {context} is not within the window's {window.shape[0]} frames")
+            except InvalidRequest as exc:
+                results[i] = exc
+                continue
+            groups.setdefault(window.shape[0], []).append(i)
+        for members in groups.values():
+            audio = self.decode_windows(np.stack([np.asarray(batch[i][self.window]) for i in members]))
+            for row, i in enumerate(members):
+                skip = int(batch[i].scalar("left_context")) * self.samples_per_frame
+                results[i] = {AUDIO: audio[row, skip:], SAMPLE_RATE: self.sample_rate}
+        return results  # type: ignore[return-value]
