@@ -510,3 +510,41 @@ def test_a_stage_that_uses_torch_gets_the_configs_torch_threads_and_others_leave
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_frame_talker_that_ends_before_its_first_frame_is_a_400_and_a_boundary_stop_an_empty_final_chunk():
+    """FrameChunkTalkerStage's stream ends, without an engine: no frame at all is a 400 that
+    says so (it was a 500 in three families), frames ending exactly on a chunk boundary end
+    with a final window of context only (the codec stages answer it with no audio)."""
+    import torch
+
+    from tritontts.engine.vllm_talker import FrameChunkTalkerStage
+
+    class Talker(FrameChunkTalkerStage):
+        def __init__(self, made):
+            self.made, self.chunk_frames, self.first_chunk_frames = made, 25, 4
+            self.left_context_frames, self.positioned = 25, True
+
+        async def generate(self, prompt_ids, params, key, cancelled):
+            for _ in range(len(self.made)):
+                self.frames.append(self.made[len(self.frames)])
+                yield [0]
+
+        def is_end(self, frame) -> bool:
+            return False
+
+        def window_codes(self, frames):
+            return frames.numpy()
+
+    async def run(made):
+        talker = Talker(made)
+        talker.frames = []
+        return [chunk async for chunk in talker.frame_chunks([1], None, "k", talker.frames, 100, lambda: False)]
+
+    with pytest.raises(InvalidRequest, match="ended before speaking"):
+        asyncio.run(run([]))
+    frames = [torch.full((3,), float(i)) for i in range(29)]       # 4 + 25: a chunk boundary
+    chunks = asyncio.run(run(frames))
+    assert [bool(c["is_final"]) for c in chunks] == [False, False, True]
+    last = chunks[-1]
+    assert last["left_context"] == last["codes"].shape[0] == 25 and last["first_frame"] == 4

@@ -46,6 +46,15 @@ def engine_arg_overrides(stage: str, environ=None) -> dict[str, Any]:
     return dict(json.loads(text).get(stage, {})) if text else {}
 
 
+def no_audio():
+    """What a talker that ended before its first audio frame answers: a 400 that says so (not
+    a server fault: the request's seed or text made the model stop at once)."""
+    from ..protocol import InvalidRequest
+
+    return InvalidRequest("the model ended before speaking (its first frame was the end): "
+                          "try another seed or other text")
+
+
 def register_vllm_model(architecture: str, model_class: str) -> None:
     """Register an out-of-tree vLLM model ("module:Class", imported by vLLM when first
     built) under its architecture name, once per process."""
@@ -340,7 +349,6 @@ class FrameChunkTalkerStage(VllmTalkerStage):
                            cancelled: Callable[[], bool]) -> AsyncIterator[dict[str, Any]]:
         """Generate, and yield each chunk as soon as its frames are made (`frames` is the
         stream's list the model appends to)."""
-        from ..protocol import InvalidRequest
 
         sizes = chunk_sizes(self.chunk_frames, self.first_chunk_frames)
         sent, size = 0, next(sizes)
@@ -351,7 +359,7 @@ class FrameChunkTalkerStage(VllmTalkerStage):
                 sent, size = sent + size, next(sizes)
         audio = self.audio_frames(frames, max_frames)
         if audio == 0:
-            raise InvalidRequest("the model ended before speaking (its first frame was the end): try another seed")
+            raise no_audio()
         yield self.chunk(frames, sent, audio, final=True)
 
     def audio_frames(self, frames: list, limit: int) -> int:

@@ -33,7 +33,7 @@ from ...protocol import (
     AUDIO, at_least_one_row, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest,
     decode_params)
 from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only
-from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
+from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes, no_audio
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .checkpoint import HiggsAudioV2Checkpoint
 from .family import FAMILY
@@ -215,7 +215,7 @@ class HiggsAudioV2TalkerStage(VllmTalkerStage):
             steps = torch.stack(stream.steps) if stream.steps else torch.zeros((0, cfg.num_codebooks), dtype=torch.int64)
             total = min(audio_frames(steps, cfg, finished=True), max_frames)
             if total == 0:
-                raise RuntimeError("the talker produced no audio frame")
+                raise no_audio()
             while total - sent > size:     # what was held back for its right context
                 yield self.chunk(steps, sent, sent + size, total, final=False)
                 sent, size = sent + size, next(sizes)

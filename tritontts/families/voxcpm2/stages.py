@@ -28,7 +28,7 @@ from ...protocol import IS_FINAL, PARAMS, STREAM_ID, InvalidRequest, decode_para
 from ...serving.stage import (
     Inputs, Stage, StageContext, begin_request, default_voice_only)
 from ...serving.window_decoder import WindowDecoderStage
-from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
+from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes, no_audio
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .audio_vae import AudioVAEConfig, decoder_context_frames, load_audio_vae
 from .checkpoint import VoxCPM2Checkpoint
@@ -188,7 +188,7 @@ class VoxCPM2TalkerStage(VllmTalkerStage):
                     yield self.chunk(context, patches, sent, sent + size, final=False)
                     sent, size = sent + size, next(sizes)
             if not patches:
-                raise RuntimeError("the talker produced no patch")
+                raise no_audio()
             yield self.chunk(context, patches, sent, len(patches), final=True)
         finally:
             release(key)
