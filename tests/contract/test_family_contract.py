@@ -290,3 +290,34 @@ def test_forty_seeds_each_give_audio_or_a_400_that_says_why_never_a_server_error
     print(f"\n{family.name}: {sum(a[1] == 200 for a in answers)} of {len(answers)} seeds gave audio; "
           f"400s: {[a[0] for a in answers if a[1] == 400]}")
     assert not bad, bad
+
+
+EDGE_INPUTS = {
+    "one character": "a",
+    "only punctuation": "?!...",
+    "only invisible characters": "\u200b\u200b\u2060",
+    "emoji": "\U0001F642\U0001F680",
+    "mixed scripts": "Hello 你好 мир こんにちは",
+    "one long sentence without punctuation": " ".join(["word"] * 60),
+    "another language": "Bonjour tout le monde, comment allez-vous",
+    "over the 4096-character limit": "x" * 4097,
+}
+
+
+def test_input_edges_each_give_audio_or_a_400_that_says_why(served, family, example):
+    """What every family answers at the edges of `input` (docs/reliability.md has the table):
+    audio at its rate, or a 400 with a message; never a 5xx or a hang. Past the length limit
+    it is always a 400."""
+    answers = {}
+    for what, text in EDGE_INPUTS.items():
+        r = httpx.post(served.url + "/v1/audio/speech", timeout=300, json={
+            "model": family.name, "input": text, **example, "seed": 3, "response_format": "wav"})
+        if r.status_code == 200:
+            audio, rate = decode(r.content)
+            assert rate == family.capabilities.sample_rate and np.isfinite(audio).all(), what
+            answers[what] = f"audio {audio.size / rate:.2f} s"
+        else:
+            assert r.status_code == 400, (what, r.status_code, r.text[:300])
+            answers[what] = "400: " + r.json()["error"]["message"][:100]
+    print(f"\n{family.name}: " + json.dumps(answers, ensure_ascii=False))
+    assert answers["over the 4096-character limit"].startswith("400")
