@@ -127,11 +127,23 @@ def tiny_engine_args(families: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(args)
 
 
-def engine_processes() -> set[int]:
-    """tritonserver and vLLM engine-core processes alive now."""
+def engine_processes(session: int | None = None) -> set[int]:
+    """tritonserver and vLLM engine-core processes alive now; with `session`, only those of
+    that session (a tritonserver starts its own, and its stubs and engine cores stay in it
+    even once orphaned: another test run's servers on the machine are not counted)."""
     out = subprocess.run(["pgrep", "-f", "VLLM::EngineCore|tritonserver --backend"],
                          capture_output=True, text=True)
-    return {int(pid) for pid in out.stdout.split()}
+    pids = {int(pid) for pid in out.stdout.split()}
+    if session is None:
+        return pids
+    mine = set()
+    for pid in pids:
+        try:
+            if os.getsid(pid) == session:
+                mine.add(pid)
+        except OSError:
+            continue        # ended meanwhile
+    return mine
 
 
 class Stack:
@@ -157,6 +169,7 @@ class Stack:
         self.proc: subprocess.Popen | None = None
         self.terminated = False
         self.at_stop: set[int] = set()
+        self.session: int | None = None
 
     def command(self) -> list[str]:
         cmd = [self.python, "-m", "frontend", "--host", "127.0.0.1", "--port", str(self.port),
@@ -216,7 +229,11 @@ class Stack:
         """Ask the launcher to stop (once: a second SIGTERM would cut its shutdown short),
         noting the engine processes alive then (StackPool's check)."""
         if self.proc and not self.terminated:
-            self.at_stop = engine_processes()
+            try:
+                self.session = self.tritonserver_pid()      # the session it leads
+            except RuntimeError:
+                self.session = None                         # none of its own (--triton-url)
+            self.at_stop = engine_processes(self.session)
             if self.proc.poll() is None:
                 self.proc.terminate()
             self.terminated = True
@@ -287,5 +304,8 @@ class StackPool:
         Those started after it was told to stop (the next server's) are not its own."""
         code = stack.stop()
         assert code == 0, stack.tail()
-        leftover = (engine_processes() & stack.at_stop) - stack.before
+        if stack.session is not None:
+            leftover = engine_processes(stack.session)
+        else:
+            leftover = (engine_processes() & stack.at_stop) - stack.before
         assert not leftover, f"processes outlived the server: {leftover}"
