@@ -24,6 +24,7 @@ Any other error is a server fault (HTTP 500).
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,10 @@ def check_text(text: str) -> str:
     if len(text) > MAX_INPUT_CHARS:
         raise InvalidRequest(f"input is {len(text)} characters; the limit is {MAX_INPUT_CHARS}: "
                              "split it into several requests")
+    if not any(unicodedata.category(c)[0] in "LN" for c in text):
+        # Punctuation, emoji, invisible characters only: families that read raw text spoke
+        # noise for it, the others refused it; now every family refuses it the same way.
+        raise InvalidRequest("input has nothing to speak (no letters or digits): give the text to speak")
     return text
 
 

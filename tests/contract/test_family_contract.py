@@ -321,3 +321,5 @@ def test_input_edges_each_give_audio_or_a_400_that_says_why(served, family, exam
             answers[what] = "400: " + r.json()["error"]["message"][:100]
     print(f"\n{family.name}: " + json.dumps(answers, ensure_ascii=False))
     assert answers["over the 4096-character limit"].startswith("400")
+    for nothing in ("only punctuation", "only invisible characters", "emoji"):   # every family alike
+        assert answers[nothing].startswith("400: input has nothing to speak"), (nothing, answers[nothing])
