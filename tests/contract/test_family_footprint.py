@@ -27,6 +27,7 @@ EVERY_FAMILY = {
     "README.md": "the family table, generated from the descriptors (tests/contract/test_docs.py)",
     "docs/benchmarks.md": "measurements side by side across families, with their commands",
     "docs/benchmarks/": "the benchmark runs' raw results",
+    "docs/reliability.md": "what every family answers at the edges of input (a measured table)",
     "tests/contract/test_family_footprint.py": "this list",
 }
 
@@ -60,7 +61,6 @@ DEFAULT = {
     "docs/api.md": "the API's examples",
     "docs/architecture.md": "the request path drawn for the default voice",
     "docs/gpu.md": "the default voice's stages on a GPU",
-    "docs/reliability.md": "the reliability runs on the default voice",
     "docs/families/cosyvoice3.md": "compared with the default voice's streaming",
 }
 
@@ -104,7 +104,6 @@ NAMED = {
         "build/export.py": "the export command's example",
         "docs/api.md": "the voices and instructions examples",
         "docs/gpu.md": "GPU serving examples",
-        "docs/reliability.md": "the load run's frame-talker family",
         "frontend/__main__.py": "the launcher's help examples (two checkpoints of one family)",
         "scripts/benchmark_runtimes.py": "its exportable networks, timed per runtime",
         "scripts/gpu_check.py": "its released size",
