@@ -256,21 +256,19 @@ def profile_repository(profile: str, models: list[str], gpus: list[int],
     import tempfile
 
     from tritontts.serving.cancellation import CANCEL_MODEL
-    from tritontts.deploy.profiles import ProfileError, check_engines, write_profile_repository
+    from tritontts.deploy.profiles import ProfileError, write_profile_repository
 
     # Each served checkpoint runs an engine of its own: a family's vLLM stages count once
     # per served model.
     engines = [stage for model in models for stage in family_of(model).stages]
-    try:
-        check_engines(engines, gpu_memory_gib=gpu_memory_gib)
-    except ProfileError as exc:
-        raise LaunchError(f"--profile {profile}: {exc}") from None
     out = Path(tempfile.mkdtemp(prefix=f"tritontts-{profile}-"))
     try:
         write_profile_repository(profile, sorted({*engines, CANCEL_MODEL}), out, gpus=gpus,
                                  engines=engines, gpu_memory_gib=gpu_memory_gib)
-    except BaseException:
+    except BaseException as exc:
         remove([out])
+        if isinstance(exc, ProfileError):
+            raise LaunchError(f"--profile {profile}: {exc}") from None
         raise
     return out
 

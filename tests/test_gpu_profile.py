@@ -253,3 +253,16 @@ def test_launcher_writes_only_the_served_stages_and_the_cancel_model():
     finally:
         shutil.rmtree(out)
     assert profile_repository("cpu", ["piper"], [0]) is None
+
+
+def test_launcher_refuses_engines_over_the_card_naming_them_and_leaves_no_folder():
+    import glob
+    import tempfile
+
+    from frontend.__main__ import LaunchError
+
+    pattern = str(Path(tempfile.gettempdir()) / "tritontts-gpu-*")
+    before = set(glob.glob(pattern))
+    with pytest.raises(LaunchError, match="--profile gpu: the vLLM engines cosyvoice3_talker, qwen3_tts_talker"):
+        profile_repository("gpu", ["cosyvoice3", "qwen3_tts"], [0], gpu_memory_gib=5)
+    assert set(glob.glob(pattern)) == before

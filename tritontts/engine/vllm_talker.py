@@ -191,7 +191,7 @@ class InprocEngine:
             # A build refused late (a KV cache too large for the node) has already set up
             # torch.distributed and vLLM's parallel groups in this process: undo them, so a
             # retry in the same process (a model reload) does not find them taken.
-            _release_vllm_process_state()
+            release_vllm_parallel_state()
             self.failure = exc
             self.ready.set()
             return
@@ -204,7 +204,7 @@ class InprocEngine:
             try:
                 engine.engine_core.shutdown()
             finally:
-                _release_vllm_process_state()
+                release_vllm_parallel_state()
 
     def _serve(self, engine) -> None:
         while True:
@@ -267,7 +267,7 @@ class InprocEngine:
         self.thread.join(timeout=30)
 
 
-def _release_vllm_process_state() -> None:
+def release_vllm_parallel_state() -> None:
     """vLLM's own cleanup of torch.distributed and its parallel groups (a no-op where
     nothing is set, and where vLLM itself failed to import)."""
     try:
@@ -349,7 +349,6 @@ class FrameChunkTalkerStage(VllmTalkerStage):
                            cancelled: Callable[[], bool]) -> AsyncIterator[dict[str, Any]]:
         """Generate, and yield each chunk as soon as its frames are made (`frames` is the
         stream's list the model appends to)."""
-
         sizes = chunk_sizes(self.chunk_frames, self.first_chunk_frames)
         sent, size = 0, next(sizes)
         async for _ in self.generate(prompt_ids, params, key, cancelled):

@@ -43,9 +43,9 @@ def release_vllm_process_state() -> None:
     of EngineCore's start, and vLLM's CPU worker's torch.set_num_threads. Safe to call when
     nothing is set (each step checks first) and after EngineCore.shutdown, which calls the
     same vLLM cleanup."""
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    from ..engine.vllm_talker import release_vllm_parallel_state
 
-    cleanup_dist_env_and_memory()
+    release_vllm_parallel_state()
     # vLLM's CPU worker replaces torch.set_num_threads for the whole process with a no-op
     # once it binds its threads; left so, every later test's stage (tests run stages in
     # process) silently kept vLLM's thread count, and a reference computed with other threads
