@@ -56,6 +56,12 @@ class _Sink(io.RawIOBase):
         return out
 
 
+# Formats whose stream cannot be empty and still decode (mp3 and ADTS AAC are frames only;
+# an Ogg Opus stream without an audio page ends before its first sample): a response with
+# no audio carries 20 ms of silence in them. wav and flac are a header, pcm nothing.
+SILENT_WHEN_EMPTY = ("mp3", "aac", "opus")
+
+
 class AudioEncoder:
     """encode(chunk) -> bytes ready to send; finish() -> the trailing bytes. With
     output_rate, chunks are resampled on the way (soxr's streaming resampler, so chunk
@@ -138,6 +144,10 @@ class AudioEncoder:
                 return b"" if self._started else wav_header(self.sample_rate, None)
             pcm = b"".join(self._pcm)
             return wav_header(self.sample_rate, len(pcm) // 2) + pcm
+        if self._pts == 0 and self.format in SILENT_WHEN_EMPTY:
+            # No audio at all (the talker ended at its first frame): these formats have no
+            # decodable empty stream, so the body is their smallest, one frame of silence.
+            self.encode(np.zeros(self.sample_rate // 50, np.float32))
         for resampled in self._resampler.resample(None):
             for packet in self._stream.encode(resampled):
                 self._container.mux(packet)

@@ -512,13 +512,17 @@ def test_a_stage_that_uses_torch_gets_the_configs_torch_threads_and_others_leave
         torch.set_num_threads(before)
 
 
-def test_a_frame_talker_that_ends_before_its_first_frame_is_a_400_and_a_boundary_stop_an_empty_final_chunk():
-    """FrameChunkTalkerStage's stream ends, without an engine: no frame at all is a 400 that
-    says so (it was a 500 in three families), frames ending exactly on a chunk boundary end
-    with a final window of context only (the codec stages answer it with no audio)."""
+def test_a_frame_talker_stopping_at_its_first_frame_or_on_a_chunk_boundary_ends_with_an_empty_final_chunk():
+    """FrameChunkTalkerStage's stream ends, without an engine: a first frame that is the end
+    gives one final chunk that is all context (one zero frame: the codec stages answer it with
+    no audio, so the response is valid and empty; it was a 500 in three families, then a 400);
+    frames ending exactly on a chunk boundary end with a final window of context only; an
+    engine that made no frame at all (it cannot) is a 400, not a crash."""
     import torch
 
     from tritontts.engine.vllm_talker import FrameChunkTalkerStage
+
+    END = torch.full((3,), -1.0)
 
     class Talker(FrameChunkTalkerStage):
         def __init__(self, made):
@@ -531,20 +535,26 @@ def test_a_frame_talker_that_ends_before_its_first_frame_is_a_400_and_a_boundary
                 yield [0]
 
         def is_end(self, frame) -> bool:
-            return False
+            return bool((frame == -1).all())
 
         def window_codes(self, frames):
             return frames.numpy()
 
-    async def run(made):
+    async def run(made, limit=100):
         talker = Talker(made)
         talker.frames = []
-        return [chunk async for chunk in talker.frame_chunks([1], None, "k", talker.frames, 100, lambda: False)]
+        return [chunk async for chunk in talker.frame_chunks([1], None, "k", talker.frames, limit, lambda: False)]
 
-    with pytest.raises(InvalidRequest, match="ended before speaking"):
+    with pytest.raises(InvalidRequest, match="made no frame"):
         asyncio.run(run([]))
+    (only,) = asyncio.run(run([END]))
+    assert bool(only["is_final"]) and only["codes"].shape[0] == only["left_context"] == 1
+    assert not only["codes"].any()
     frames = [torch.full((3,), float(i)) for i in range(29)]       # 4 + 25: a chunk boundary
-    chunks = asyncio.run(run(frames))
-    assert [bool(c["is_final"]) for c in chunks] == [False, False, True]
-    last = chunks[-1]
-    assert last["left_context"] == last["codes"].shape[0] == 25 and last["first_frame"] == 4
+    for made, limit in ((frames + [END], 100), (frames + frames[:3], 29)):   # a stop, or the budget
+        chunks = asyncio.run(run(made, limit))
+        assert [bool(c["is_final"]) for c in chunks] == [False, False, True]
+        last = chunks[-1]
+        assert last["left_context"] == last["codes"].shape[0] == 25 and last["first_frame"] == 4
+    past = asyncio.run(run(frames + frames[:1] + [END]))            # one frame past the boundary
+    assert [c["codes"].shape[0] - c["left_context"] for c in past] == [4, 25, 1]

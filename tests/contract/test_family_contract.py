@@ -323,3 +323,50 @@ def test_input_edges_each_give_audio_or_a_400_that_says_why(served, family, exam
     assert answers["over the 4096-character limit"].startswith("400")
     for nothing in ("only punctuation", "only invisible characters", "emoji"):   # every family alike
         assert answers[nothing].startswith("400: input has nothing to speak"), (nothing, answers[nothing])
+
+
+def stream_samples(served, family, example, text: str, **params) -> list[int]:
+    """The samples of each chunk of one gRPC stream (it must end without an error)."""
+    chunks, error = stream_model(served.grpc_url, family.name, text, params={**example, **params},
+                                 timeout=300)
+    assert error is None, error
+    return [int(c.as_numpy("audio").size) for c in chunks]
+
+
+def test_streams_forced_to_end_on_each_chunk_boundary_and_one_frame_past_give_exactly_their_audio(
+        served, family, case, example):
+    """The edges of a stream, forced rather than met by a lucky seed: `max_new_tokens` set to
+    the first two chunk boundaries and one frame past each ends the talker's stream exactly
+    there (its frames are those of the longer stream, the same seed, cut), so the last chunk
+    is empty or one frame. Each gives exactly that many frames of audio, streamed or whole.
+    The boundaries and the samples per frame are measured from the family's own stream: a
+    long request whose talker did not stop before its budget (checked by a half-budget
+    request giving half the audio)."""
+    if case[1] is not None or not takes(family, max_new_tokens=8):
+        pytest.skip("the talker's length is not a request field here (not autoregressive by frames, "
+                    "or its variant shares the default checkpoint's talker)")
+    budget, seed = 64, 1
+    while True:
+        long = stream_samples(served, family, example, TEXT, seed=seed, max_new_tokens=budget)
+        half = stream_samples(served, family, example, TEXT, seed=seed, max_new_tokens=budget // 2)
+        if sum(long) != 2 * sum(half) or sum(half) == 0:     # it stopped early: another seed
+            seed += 1
+            assert seed <= 5, f"{family.name}: no seed of 1..5 ran to {budget} frames"
+        elif len(long) < 3:          # fewer than two chunk boundaries: a longer stream
+            budget *= 2
+            assert budget <= 512, f"{family.name}: fewer than two chunk boundaries in 256 frames"
+        else:
+            break
+    per_frame = sum(long) // budget
+    assert sum(long) == budget * per_frame
+    ends = np.cumsum(long)[:-1]
+    boundaries = [int(e) // per_frame for e in ends[:2]]
+    assert len(boundaries) == 2 and all(e % per_frame == 0 for e in ends[:2]), (long, per_frame)
+    print(f"\n{family.name}: {per_frame} samples a frame, chunk boundaries at {boundaries} frames (seed {seed})")
+    for frames in sorted({b + extra for b in boundaries for extra in (0, 1)}):
+        streamed = stream_samples(served, family, example, TEXT, seed=seed, max_new_tokens=frames)
+        assert sum(streamed) == frames * per_frame, (frames, streamed)
+        r = speech(served, family, example, seed=seed, max_new_tokens=frames, response_format="wav")
+        assert r.status_code == 200, (frames, r.text)
+        audio, rate = decode(r.content)
+        assert rate == family.capabilities.sample_rate and audio.size == frames * per_frame

@@ -99,3 +99,9 @@ def test_a_stream_ending_on_a_chunk_boundary_gets_an_empty_final_chunk_and_its_s
     # Alone (no state for its stream: another instance, an evicted stream) it is empty too.
     (result,) = stage.run_batch([empty])
     assert not isinstance(result, Exception) and result["audio"].size == 0
+    # A stream whose first frame was the end: one zero frame, all context, a new stream.
+    first = Inputs(codes=np.zeros((1, 10), np.int32), left_context=np.array([1], np.int32),
+                   first_frame=np.array([0], np.int32), stream_id=np.array([12], np.int64),
+                   is_final=np.array([True]))
+    (result,) = stage.run_batch([first])
+    assert not isinstance(result, Exception) and result["audio"].size == 0 and 12 not in dict(stage.streams.items)

@@ -56,6 +56,32 @@ async def test_sse_sends_a_delta_per_chunk_then_done_with_audio_seconds():
 
 
 @run_async
+async def test_a_synthesis_with_no_audio_is_a_valid_empty_response_in_every_format_and_sse_says_so():
+    """A talker that ends at its first frame streams one empty final chunk: every format's
+    body still decodes (wav and flac a header, pcm nothing, mp3/aac/opus their smallest body,
+    one frame of silence) and SSE's usage says 0 audio seconds."""
+    import av
+
+    empty = [np.zeros(0, np.float32)]
+    async with serving(FakeTritonClient(empty, sample_rate=24000)) as front:
+        for fmt in ("wav", "flac", "mp3", "aac", "opus", "pcm"):
+            for stream_format in (None, "audio"):
+                r = await front.speech(response_format=fmt, stream_format=stream_format)
+                assert r.status_code == 200, (fmt, stream_format, r.text)
+                if fmt == "pcm":
+                    assert r.content == b""
+                    continue
+                with av.open(io.BytesIO(r.content)) as container:
+                    samples = sum(f.samples for f in container.decode(audio=0))
+                    rate = container.streams.audio[0].sample_rate
+                assert samples == 0 if fmt in ("wav", "flac") else 0 < samples <= rate // 10, (fmt, samples)
+        r = await front.speech(response_format="pcm", stream_format="sse")
+    events = sse_events(r.content)
+    assert [e["type"] for e in events] == ["speech.audio.done"]
+    assert events[0]["usage"]["audio_seconds"] == 0
+
+
+@run_async
 async def test_stage_rejection_before_the_first_chunk_is_400_with_the_stage_message():
     fake = FakeTritonClient(errors={0: StageRejected("ref_audio could not be decoded")})
     async with serving(fake) as front:

@@ -87,3 +87,11 @@ def test_a_bad_window_is_a_400_and_the_others_in_its_batch_decode(codec_stage, c
     bad_result, good_result = codec_stage.run_batch([bad, good])
     assert isinstance(bad_result, InvalidRequest) and __import__("re").search(needle, str(bad_result))
     assert good_result["audio"].shape == (4 * 1024,)
+
+
+def test_the_final_chunk_of_a_stream_that_ended_at_its_first_frame_decodes_to_no_audio(codec_stage, checkpoint):
+    """The talker's first frame was the end: it sends one zero frame, all context
+    (FrameChunkTalkerStage.chunk), and the response is valid and empty."""
+    (result,) = codec_stage.run_batch([Inputs(codes=np.zeros((1, codec_stage.levels.shape[0]), np.int32),
+                                              left_context=np.array([1], np.int32), first_frame=np.array([0], np.int32))])
+    assert not isinstance(result, Exception) and result["audio"].size == 0

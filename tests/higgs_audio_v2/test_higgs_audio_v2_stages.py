@@ -116,3 +116,19 @@ def test_decoder_stage_turns_the_chunks_into_the_whole_utterance_decoded_at_once
     cut = [Inputs(codes=c["codes"][:c["codes"].shape[0] - c["right_context"]],
                   left_context=np.array([c["left_context"]]), right_context=np.array([0])) for c in chunks]
     assert float(np.abs(np.concatenate([r["audio"] for r in decoder.run_batch(cut)]) - whole).max()) > 1e-3
+
+
+def test_a_stream_whose_first_frame_is_the_end_is_one_final_chunk_the_decoder_answers_with_no_audio(checkpoint):
+    """The talker's end at its first step (the end cascade from step 0): no audio frame. It
+    was a 500, then a 400; it is a valid, empty response now: one final chunk that is all
+    context, which the decoder stage answers with no samples."""
+    from tritontts.families.higgs_audio_v2.stages import HiggsAudioV2DecoderStage
+
+    steps = random_steps(9, True)
+    assert audio_frames(torch.stack(steps), checkpoint.config, finished=True) == 0
+    (chunk,) = run_talker(talker_stage(checkpoint, steps))
+    assert chunk[IS_FINAL] and chunk["codes"].shape[0] == chunk["left_context"] == 1
+    decoder = HiggsAudioV2DecoderStage(StageContext("higgs_audio_v2_decoder", checkpoint.root), checkpoint)
+    (result,) = decoder.run_batch([Inputs(codes=chunk["codes"], left_context=np.array([1]),
+                                          right_context=np.array([0]))])
+    assert not isinstance(result, Exception) and result["audio"].size == 0

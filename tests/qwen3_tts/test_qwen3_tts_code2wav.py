@@ -381,3 +381,19 @@ def test_loader_names_missing_key_and_missing_files(reference, tmp_path):
 
     with pytest.raises(CheckpointError, match="not found"):
         load_code2wav(tmp_path / "nowhere")
+
+
+def test_the_code2wav_stage_answers_the_final_chunk_of_a_stream_with_no_frame_with_no_audio(random_checkpoints):
+    """A stop at the first frame or on a chunk boundary with no reference: the talker sends
+    one zero frame, all context (Qwen3TTSTalkerStage.chunk); the response is valid and empty."""
+    import numpy as np
+
+    from tritontts.families import FAMILIES
+    from tritontts.families.qwen3_tts.stages import Qwen3TTSCode2WavStage
+    from tritontts.serving.stage import Inputs, StageContext
+
+    checkpoint = FAMILIES["qwen3_tts"].open_checkpoint(random_checkpoints["qwen3_tts"])
+    stage = Qwen3TTSCode2WavStage(StageContext("qwen3_tts_code2wav", checkpoint.root), checkpoint)
+    result = stage.run(Inputs(codes=np.zeros((1, 16), np.int32), left_context=np.array([1]),
+                              is_final=np.array([True])))
+    assert result["audio"].size == 0

@@ -165,3 +165,11 @@ def test_vae_stage_refuses_latents_of_the_wrong_width(vae_stage):
     (result,) = vae_stage.run_batch([Inputs(latents=np.zeros((5, 3), np.float32),
                                             left_context=np.array([0], np.int32))])
     assert isinstance(result, InvalidRequest) and "latents must be" in str(result)
+
+
+def test_the_final_chunk_of_a_stream_with_no_patch_decodes_to_no_audio(vae_stage):
+    """No patch at all, or a stop on a chunk boundary: the talker sends one zero latent frame,
+    all context (VoxCPM2TalkerStage.chunk), and the VAE answers it with no samples."""
+    dim = vae_stage.vae.config.latent_dim
+    (result,) = vae_stage.run_batch([Inputs(latents=np.zeros((1, dim), np.float32), left_context=np.array([1]))])
+    assert not isinstance(result, Exception) and result["audio"].size == 0

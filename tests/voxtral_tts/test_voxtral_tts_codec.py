@@ -98,3 +98,16 @@ def test_windows_with_context_frames_decode_exactly_as_the_whole(pair):
     assert error(context) < 1e-12 and error(context - 1) > 1e-9
     # A window from the first frame needs no context.
     assert (ours.decode(x[..., :25])[0] - whole[:25 * hop]).abs().max() < 1e-12
+
+
+def test_the_codec_stage_answers_the_final_chunk_of_a_stream_that_ended_at_its_first_frame_with_no_audio(checkpoint):
+    """The talker's first frame was the end: one zero frame, all context
+    (FrameChunkTalkerStage.chunk); the response is valid and empty."""
+    import numpy as np
+
+    from tritontts.families.voxtral_tts.stages import VoxtralTTSCodecStage
+    from tritontts.serving.stage import Inputs, StageContext
+
+    stage = VoxtralTTSCodecStage(StageContext("voxtral_tts_codec", checkpoint.root), checkpoint)
+    (result,) = stage.run_batch([Inputs(codes=np.zeros((1, 37), np.int32), left_context=np.array([1]))])
+    assert not isinstance(result, Exception) and result["audio"].size == 0

@@ -47,12 +47,12 @@ def engine_arg_overrides(stage: str, environ=None) -> dict[str, Any]:
 
 
 def no_audio():
-    """What a talker that ended before its first audio frame answers: a 400 that says so (not
-    a server fault: the request's seed or text made the model stop at once)."""
+    """What a talker whose engine made no frame at all answers (it cannot happen: an engine
+    request ends after a step, which makes a frame, the end frame included); a talker whose
+    first frame was the end sends an empty final chunk instead (a valid, empty response)."""
     from ..protocol import InvalidRequest
 
-    return InvalidRequest("the model ended before speaking (its first frame was the end): "
-                          "try another seed or other text")
+    return InvalidRequest("the model made no frame: try another seed or other text")
 
 
 def register_vllm_model(architecture: str, model_class: str) -> None:
@@ -357,8 +357,9 @@ class FrameChunkTalkerStage(VllmTalkerStage):
                 yield self.chunk(frames, sent, sent + size, final=False)
                 sent, size = sent + size, next(sizes)
         audio = self.audio_frames(frames, max_frames)
-        if audio == 0:
+        if not frames:
             raise no_audio()
+        # audio == sent (a stop at the first frame or on a chunk boundary): an empty final chunk.
         yield self.chunk(frames, sent, audio, final=True)
 
     def audio_frames(self, frames: list, limit: int) -> int:
@@ -375,7 +376,8 @@ class FrameChunkTalkerStage(VllmTalkerStage):
 
         first = max(0, start - self.left_context_frames)
         position = {"first_frame": first} if self.positioned else {}
-        if end <= first:      # ended on a chunk boundary: nothing new to voice
+        if end <= first:      # nothing to voice and no context (a stop at the first frame):
+            # one zero frame, all context, which every codec answers with no audio
             codes = self.window_codes(torch.stack(frames[:1]))
             return {"codes": np.zeros_like(codes), "left_context": 1, **position, IS_FINAL: final}
         return {"codes": self.window_codes(torch.stack(frames[first:end])), "left_context": start - first,

@@ -33,7 +33,7 @@ from ...protocol import (
     AUDIO, at_least_one_row, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest,
     decode_params)
 from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only
-from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes, no_audio
+from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .checkpoint import HiggsAudioV2Checkpoint
 from .family import FAMILY
@@ -214,8 +214,6 @@ class HiggsAudioV2TalkerStage(VllmTalkerStage):
                     sent, size = sent + size, next(sizes)
             steps = torch.stack(stream.steps) if stream.steps else torch.zeros((0, cfg.num_codebooks), dtype=torch.int64)
             total = min(audio_frames(steps, cfg, finished=True), max_frames)
-            if total == 0:
-                raise no_audio()
             while total - sent > size:     # what was held back for its right context
                 yield self.chunk(steps, sent, sent + size, total, final=False)
                 sent, size = sent + size, next(sizes)
@@ -228,6 +226,9 @@ class HiggsAudioV2TalkerStage(VllmTalkerStage):
         from ...nn.higgs_codec import chunk_window
         from .talker import frame_codes
 
+        if end <= start:     # a stop at the first frame: one zero frame, all context (no audio)
+            return {"codes": np.zeros((1, self.checkpoint.config.num_codebooks), np.int32), "left_context": 1,
+                    "right_context": 0, IS_FINAL: final}
         lo, hi, left, right = chunk_window(start, end, available, self.context_frames)
         codes = frame_codes(steps, self.checkpoint.config, lo, hi).numpy().astype(np.int32)
         return {"codes": codes, "left_context": left, "right_context": right, IS_FINAL: final}

@@ -26,7 +26,7 @@ from ...protocol import (
 from ...serving.stage import Inputs, Stage, StageContext, begin_request
 from ... import sampling
 from ...sampling import SAMPLING
-from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes, no_audio
+from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 
 from .checkpoint import Qwen3TTSCheckpoint
@@ -256,11 +256,9 @@ class Qwen3TTSTalkerStage(VllmTalkerStage):
                     yield self.chunk(ref, frames, sent, sent + size, final=False)
                     sent, size = sent + size, next(sizes)
             frames = frames[:max_frames]
-            if not frames:
-                raise no_audio()
             if sent < len(frames):
                 yield self.chunk(ref, frames, sent, len(frames), final=True)
-            else:    # the stream ended exactly on a chunk boundary: close it with no audio
+            else:    # ended at the first frame or on a chunk boundary: close it with no audio
                 yield self.chunk(ref, frames, len(frames), len(frames), final=True)
         finally:
             release(key)

@@ -28,7 +28,7 @@ from ...protocol import IS_FINAL, PARAMS, STREAM_ID, InvalidRequest, decode_para
 from ...serving.stage import (
     Inputs, Stage, StageContext, begin_request, default_voice_only)
 from ...serving.window_decoder import WindowDecoderStage
-from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes, no_audio
+from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .audio_vae import AudioVAEConfig, decoder_context_frames, load_audio_vae
 from .checkpoint import VoxCPM2Checkpoint
@@ -187,8 +187,7 @@ class VoxCPM2TalkerStage(VllmTalkerStage):
                 while len(patches) >= sent + size:
                     yield self.chunk(context, patches, sent, sent + size, final=False)
                     sent, size = sent + size, next(sizes)
-            if not patches:
-                raise no_audio()
+            # No patch at all, or a stop on a chunk boundary: an empty final chunk.
             yield self.chunk(context, patches, sent, len(patches), final=True)
         finally:
             release(key)
@@ -201,7 +200,7 @@ class VoxCPM2TalkerStage(VllmTalkerStage):
         begin = c + start                                   # first new patch, in the utterance
         first = max(0, begin - -(-self.left_context_frames // p))
         window = [context[u] if u < c else patches[u - c] for u in range(first, c + end)]
-        if not window:       # the stream ended exactly on a chunk boundary: no new audio
+        if not window or end <= start:   # no patch at all, or a stop on a chunk boundary: no new audio
             return {"latents": np.zeros((1, self.feat_dim), np.float32), "left_context": 1, IS_FINAL: final}
         latents = torch.stack(window).reshape(-1, self.feat_dim)
         return {"latents": latents.numpy(), "left_context": (begin - first) * p, IS_FINAL: final}
