@@ -89,6 +89,28 @@ def model_limit(value: str) -> tuple[str, int]:
     return name, int(count)
 
 
+def served_name(value: str) -> tuple[str, str]:
+    """MODEL=NAME of --served-model-name: one more name a served model answers to."""
+    model, sep, name = value.partition("=")
+    if not sep or not name.strip() or family_of(model) is None:
+        raise argparse.ArgumentTypeError(f"{value!r} is not MODEL=NAME (a served model, e.g. "
+                                         "qwen3_tts=Qwen3-TTS)")
+    return model, name.strip()
+
+
+def served_names(pairs: list[tuple[str, str]], models: list[str]) -> dict[str, str]:
+    """--served-model-name's NAME -> MODEL, each MODEL one this launch serves."""
+    names: dict[str, str] = {}
+    for model, name in pairs:
+        if model not in models:
+            raise LaunchError(f"--served-model-name {model}={name}: {model} is not served here "
+                              f"(served: {', '.join(models)})")
+        if names.get(name, model) != model or name in models:
+            raise LaunchError(f"--served-model-name {name!r} names two models")
+        names[name] = model
+    return names
+
+
 def checkpoint_help() -> str:
     return "\n".join(f"  {f.name}: {f.checkpoint_env}; {f.checkpoint_help}"
                      + ("" if f.checkpoint_required else " (optional)")
@@ -119,6 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", action="append", type=family_path, default=[],
                         metavar="FAMILY=PATH",
                         help="a family's checkpoint (repeatable); wins over its environment variable")
+    parser.add_argument("--served-model-name", action="append", type=served_name, default=[],
+                        metavar="MODEL=NAME",
+                        help="another name requests may give as `model` for a served model, listed "
+                             "in /v1/models beside it (repeatable; vLLM's --served-model-name). A "
+                             "model also answers to its checkpoint's path, as vLLM does")
     parser.add_argument("--engine-arg", action="append", type=engine_arg, default=[], metavar="STAGE.KEY=VALUE",
                         help="a vLLM stage's engine argument over its 1/model.json (repeatable), e.g. "
                              "fish_s2_pro_talker.dtype=bfloat16 or voxtral_tts_talker.kv_cache_memory_bytes="
@@ -333,7 +360,8 @@ def main(argv=None) -> int:
                                            allowed_hosts=frozenset(args.allow_media_host)),
                          api_key=args.api_key,
                          max_in_flight_per_model=dict(args.max_in_flight_per_model),
-                         stall_timeout_s=args.stall_timeout)
+                         stall_timeout_s=args.stall_timeout,
+                         served_names=served_names(args.served_model_name, models))
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
         server = uvicorn.Server(config)
         shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host

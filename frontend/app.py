@@ -122,7 +122,7 @@ def create_app(triton_url: str | list[str], families: list[str], max_in_flight: 
                max_voices: int = 1000, media: MediaPolicy | None = None,
                api_key: str | None = None,
                max_in_flight_per_model: dict[str, int] | None = None,
-               stall_timeout_s: float = 120.0) -> FastAPI:
+               stall_timeout_s: float = 120.0, served_names: dict[str, str] | None = None) -> FastAPI:
     """`client` replaces the gRPC client to triton_url (the front's unit tests script one).
     Several URLs: a TritonPool over them (least-loaded healthy server, failover)."""
     models = served_models(families, checkpoints)
@@ -133,7 +133,7 @@ def create_app(triton_url: str | list[str], families: list[str], max_in_flight: 
         # The gRPC channel belongs to the server's event loop, so it is opened here.
         speech_client = client or triton_client(triton_url, request_timeout_s, stall_timeout_s)
         app.state.service = SpeechService(speech_client, models, max_in_flight, store, media,
-                                          max_in_flight_per_model)
+                                          max_in_flight_per_model, served_names)
         yield
         await speech_client.close()
 
@@ -205,8 +205,9 @@ def create_app(triton_url: str | list[str], families: list[str], max_in_flight: 
 
     @app.get("/v1/models")
     async def list_models() -> ModelList:
-        ready = await app.state.service.ready_families()
-        return ModelList(data=[ModelCard(id=name) for name in ready])
+        service: SpeechService = app.state.service
+        ready = await service.ready_families()
+        return ModelList(data=[ModelCard(id=name) for model in ready for name in (model, *service.names_of(model))])
 
     @app.get("/health")
     async def health():

@@ -3,6 +3,7 @@
 Every format is produced chunk by chunk, so streaming and non-streaming share one path:
 wav (a streamed WAV header carries 0xFFFFFFFF sizes, as OpenAI's does), raw 16-bit PCM,
 and flac/mp3/opus/aac through PyAV (its wheel carries libmp3lame, libopus and aac).
+`speed` for a family without duration control is a time-stretch here (TimeStretch).
 """
 from __future__ import annotations
 
@@ -62,14 +63,61 @@ class _Sink(io.RawIOBase):
 SILENT_WHEN_EMPTY = ("mp3", "aac", "opus")
 
 
+class TimeStretch:
+    """Audio played `speed` times faster at the same pitch, chunk by chunk: ffmpeg's atempo
+    filter (WSOLA, through PyAV, which the encoder already needs; no other binary). One
+    filter per response, so chunk borders leave no seams. atempo takes 0.5..2 per instance
+    here: 0.25..4 is a chain of them."""
+
+    def __init__(self, sample_rate: int, speed: float):
+        import av
+
+        if not 0.25 <= speed <= 4.0:
+            raise ValueError(f"speed must be within 0.25..4.0, got {speed}")
+        self.sample_rate, self._pts, self._av = sample_rate, 0, av
+        factors, rest = [], speed
+        while rest < 0.5 or rest > 2.0:
+            factors.append(0.5 if rest < 0.5 else 2.0)
+            rest /= factors[-1]
+        factors.append(rest)
+        self._graph = av.filter.Graph()
+        nodes = [self._graph.add_abuffer(format="flt", sample_rate=sample_rate, layout="mono")]
+        nodes += [self._graph.add("atempo", f"{f:.6f}") for f in factors] + [self._graph.add("abuffersink")]
+        for a, b in zip(nodes, nodes[1:]):
+            a.link_to(b)
+        self._graph.configure()
+
+    def stretch(self, audio: np.ndarray, last: bool = False) -> np.ndarray:
+        """The stretched audio that is ready; `last` flushes what the filter holds."""
+        if len(audio):
+            frame = self._av.AudioFrame.from_ndarray(np.asarray(audio, np.float32).reshape(1, -1),
+                                                     format="flt", layout="mono")
+            frame.sample_rate, frame.pts = self.sample_rate, self._pts
+            self._pts += frame.samples
+            self._graph.push(frame)
+        if last:
+            self._graph.push(None)
+        out = []
+        while True:
+            try:
+                out.append(self._graph.pull().to_ndarray().reshape(-1))
+            except (BlockingIOError, EOFError):
+                break
+        return np.concatenate(out).astype(np.float32) if out else np.zeros(0, np.float32)
+
+
 class AudioEncoder:
     """encode(chunk) -> bytes ready to send; finish() -> the trailing bytes. With
     output_rate, chunks are resampled on the way (soxr's streaming resampler, so chunk
     borders leave no seams)."""
 
-    def __init__(self, fmt: str, sample_rate: int, streaming: bool, output_rate: int | None = None):
+    def __init__(self, fmt: str, sample_rate: int, streaming: bool, output_rate: int | None = None,
+                 speed: float = 1.0):
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r}")
+        self._stretch = TimeStretch(sample_rate, speed) if speed != 1.0 else None
+        self.samples = 0        # audio samples encoded, after the stretch (at the model's rate)
+        self.model_rate = sample_rate
         self._resample = None
         if output_rate is not None and output_rate != sample_rate:
             import soxr
@@ -106,7 +154,15 @@ class AudioEncoder:
     def content_type(self) -> str:
         return CONTENT_TYPES[self.format]
 
+    @property
+    def seconds(self) -> float:
+        """The audio's duration as the client hears it (after `speed`)."""
+        return self.samples / self.model_rate
+
     def encode(self, audio: np.ndarray, last: bool = False) -> bytes:
+        if self._stretch is not None:
+            audio = self._stretch.stretch(audio, last=last)
+        self.samples += len(audio)
         if self._resample is not None:
             audio = self._resample.resample_chunk(np.asarray(audio, np.float32), last=last)
         if self.format == "pcm":
@@ -118,6 +174,10 @@ class AudioEncoder:
             head = b"" if self._started else wav_header(self.sample_rate, None)
             self._started = True
             return head + to_pcm16(audio)
+        return self._mux(audio)
+
+    def _mux(self, audio: np.ndarray) -> bytes:
+        """Audio at the output rate through PyAV's encoder and muxer: the bytes ready."""
         if not len(audio):
             return b""
         frame = self._av.AudioFrame.from_ndarray(
@@ -131,9 +191,10 @@ class AudioEncoder:
         return self._sink.drain()
 
     def finish(self) -> bytes:
-        # What the resampler still holds (its filter delay) comes out first.
-        flushed = self.encode(np.zeros(0, np.float32), last=True) if self._resample is not None else b""
-        self._resample = None
+        # What the stretch and the resampler still hold (their filter delay) comes out first.
+        last = self._stretch is not None or self._resample is not None
+        flushed = self.encode(np.zeros(0, np.float32), last=True) if last else b""
+        self._stretch = self._resample = None
         return flushed + self._finish()
 
     def _finish(self) -> bytes:
@@ -147,7 +208,7 @@ class AudioEncoder:
         if self._pts == 0 and self.format in SILENT_WHEN_EMPTY:
             # No audio at all (the talker ended at its first frame): these formats have no
             # decodable empty stream, so the body is their smallest, one frame of silence.
-            self.encode(np.zeros(self.sample_rate // 50, np.float32))
+            self._mux(np.zeros(self.sample_rate // 50, np.float32))
         for resampled in self._resampler.resample(None):
             for packet in self._stream.encode(resampled):
                 self._container.mux(packet)

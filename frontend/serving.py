@@ -140,6 +140,7 @@ class Prepared:
     received: float  # time.perf_counter() at arrival: time to first audio counts from here
     response_format: str = "wav"
     sample_rate: int | None = None      # resample to this rate (None: the family's own)
+    speed: float = 1.0                  # the front's time-stretch (a family without duration control)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
@@ -226,9 +227,11 @@ class SpeechService:
 
     def __init__(self, client: SpeechClient, models: dict[str, ServedModel], max_in_flight: int = 64,
                  voices: VoiceStore | None = None, media: MediaPolicy | None = None,
-                 max_in_flight_per_model: dict[str, int] | None = None):
+                 max_in_flight_per_model: dict[str, int] | None = None,
+                 served_names: dict[str, str] | None = None):
         self.client = client
         self.models = models
+        self.served_names = dict(served_names or {})     # --served-model-name: NAME -> model
         self.families = list(models)          # the served model names, in launch order
         self.admission = Admission(max_in_flight, max_in_flight_per_model)
         self.voices = voices or VoiceStore(None)
@@ -244,12 +247,21 @@ class SpeechService:
                               param="model")
         if name in self.models:
             return self.models[name]
+        if name in self.served_names:
+            return self.models[self.served_names[name]]
+        for model in self.models.values():      # vLLM's model name: the path it was started with
+            if model.checkpoint is not None and _same_path(name, model.checkpoint):
+                return model
         if name in OPENAI_MODEL_ALIASES:
             return next(iter(self.models.values()))
         for model in self._released(name):
             return model
         raise SpeechError(404, f"model {name!r} does not exist; served models: "
                           f"{', '.join(self.families + list(OPENAI_MODEL_ALIASES))}", param="model")
+
+    def names_of(self, model: str) -> list[str]:
+        """The --served-model-name names of a served model."""
+        return [name for name, target in self.served_names.items() if target == model]
 
     def _released(self, name: str):
         """Served models a released checkpoint name means: the one whose checkpoint folder
@@ -310,11 +322,13 @@ class SpeechService:
             params["ref_audio"] = base64.b64encode(audio).decode()
         voice = await self.voice_for(served, req.voice or "default", params)
         try:
-            params = family.request_params(1.0 if req.speed is None else req.speed, params)
+            speed = 1.0 if req.speed is None else req.speed
+            params = family.request_params(speed, params)
         except InvalidRequest as exc:
             raise SpeechError(400, str(exc), param=_named_field(str(exc), params)) from None
         return Prepared(served.name, family, req.input, voice, params, received,
-                        req.response_format or "wav", req.sample_rate)
+                        req.response_format or "wav", req.sample_rate,
+                        speed=1.0 if family.capabilities.native_speed else speed)
 
     async def voice_for(self, served: ServedModel, voice: str, params: dict[str, Any]) -> str:
         """The voice the stages get: an uploaded voice as `default` with its stored features
@@ -387,7 +401,7 @@ class SpeechService:
         try:
             first = await anext(synthesis)
             encoder = AudioEncoder(prepared.response_format, first.sample_rate, req.streaming,
-                                   prepared.sample_rate)
+                                   prepared.sample_rate, prepared.speed)
         except BaseException as exc:
             await synthesis.aclose()
             return _counted(model, speech_error(exc, prepared.request_id).response())
@@ -407,10 +421,23 @@ class SpeechService:
         try:
             first = await anext(synthesis)
             encoder = AudioEncoder(prepared.response_format, first.sample_rate, False,
-                                   prepared.sample_rate)
+                                   prepared.sample_rate, prepared.speed)
             return await encoded_body(first, synthesis, encoder), encoder, synthesis
         finally:
             await synthesis.aclose()
+
+
+def _same_path(name: str, checkpoint: Path) -> bool:
+    """Whether a request's `model` is this checkpoint's path: as the launcher was given it,
+    or the same folder (relative to the front's working directory, or absolute)."""
+    if name.rstrip("/") == str(checkpoint).rstrip("/"):
+        return True
+    if "/" not in name and not name.startswith("."):
+        return False            # a bare name is a model name, never a folder in the cwd
+    try:
+        return Path(name).expanduser().resolve() == checkpoint.expanduser().resolve()
+    except OSError:
+        return False
 
 
 def _named_field(message: str, params: dict[str, Any]) -> str | None:
@@ -490,7 +517,7 @@ class AudioStreamResponse(StreamingResponse):
             if self.sse:
                 yield sse_event({"type": "speech.audio.done",
                                  "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
-                                           "audio_seconds": round(self.synthesis.audio_seconds, 3)}})
+                                           "audio_seconds": round(encoder.seconds, 3)}})
             self.outcome = "200"
         except Exception as exc:
             # Headers are sent: say so in-band for SSE, cut the body for raw audio.

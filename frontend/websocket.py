@@ -269,7 +269,7 @@ async def _sentence(session: Session, utterance: int, index: int, text: str) -> 
             async for chunk in synthesis:
                 if not started:
                     encoder = AudioEncoder(prepared.response_format, chunk.sample_rate, True,
-                                           prepared.sample_rate)
+                                           prepared.sample_rate, prepared.speed)
                     await socket.send_json({"type": "audio.start", "utterance_index": utterance,
                                             "sentence_index": index, "sentence_text": text,
                                             "format": prepared.response_format,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .weights.checkpoint import CheckpointError
-from .protocol import InvalidRequest, RequestFields, speed_refusal
+from .protocol import RequestFields
 
 
 class Lazy:
@@ -126,11 +126,10 @@ class Family:
 
     def request_params(self, speed: float, extra: dict[str, Any]) -> dict[str, Any]:
         """The ensemble's `params` for an HTTP request: its extra fields plus `speed` when it
-        is not 1, checked by the family's parser (a 400 before Triton is asked)."""
+        is not 1 and the family has duration control (else the front time-stretches the
+        audio), checked by the family's parser (a 400 before Triton is asked)."""
         params = dict(extra)
-        if speed != 1.0:
-            if not self.capabilities.native_speed:
-                raise InvalidRequest(f"speed: {speed_refusal(self.name)}")
+        if speed != 1.0 and self.capabilities.native_speed:
             params["speed"] = speed
         self.parse_params(params)
         return params

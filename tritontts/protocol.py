@@ -120,8 +120,10 @@ class RequestFields:
 
 
 def speed_refusal(family: str) -> str:
-    """The reason every family without duration control gives for `speed`."""
-    return f"{family} speaks at speed 1.0 only (it has no duration control); omit speed"
+    """The reason every family without duration control gives for `speed` in its stages'
+    params (a gRPC client's): the HTTP front serves it as a time-stretch of the audio."""
+    return (f"{family} has no duration control: the HTTP front serves speed as a time-stretch "
+            f"of its audio (pitch kept); over gRPC omit speed")
 
 
 def reject_unsupported(params: dict[str, Any], unsupported: dict[str, str]) -> None:
@@ -133,8 +135,11 @@ def reject_unsupported(params: dict[str, Any], unsupported: dict[str, str]) -> N
 
 
 def asks_nothing(name: str, value: Any) -> bool:
-    """A refused field that asks for nothing: absent, speed 1, an automatic language."""
-    return value is None or (name == "speed" and value == 1) or (name == "language" and value in ("", "auto", "Auto"))
+    """A refused field that asks for nothing: absent, false or empty, speed 1, an automatic
+    language."""
+    if value is None or value is False or (isinstance(value, (str, list, dict)) and not value):
+        return True
+    return (name == "speed" and value == 1) or (name == "language" and value in ("auto", "Auto"))
 
 
 # Largest uploaded audio a request may carry (decoded), e.g. a voice-cloning reference.

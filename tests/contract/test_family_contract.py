@@ -370,3 +370,21 @@ def test_streams_forced_to_end_on_each_chunk_boundary_and_one_frame_past_give_ex
         assert r.status_code == 200, (frames, r.text)
         audio, rate = decode(r.content)
         assert rate == family.capabilities.sample_rate and audio.size == frames * per_frame
+
+
+def test_speed_changes_the_duration_by_its_factor_within_5_percent(served, family, example):
+    """`speed` for every family (OpenAI's field): Piper and OmniVoice change the synthesis,
+    the others are time-stretched by the front. The same seeded request at speed 0.5 and 2
+    lasts 2x and 0.5x as long as at speed 1, within 5 %."""
+    def seconds(speed: float) -> float:
+        r = speech(served, family, example, seed=11, speed=speed, response_format="wav")
+        assert r.status_code == 200, (speed, r.text)
+        audio, rate = decode(r.content)
+        assert rate == family.capabilities.sample_rate
+        return audio.size / rate
+
+    plain = seconds(1.0)
+    for speed in (0.5, 2.0):
+        ratio = seconds(speed) * speed / plain
+        print(f"\n{family.name}: speed {speed}: {ratio:.3f} of the expected duration")
+        assert abs(ratio - 1) <= 0.05, (speed, ratio)

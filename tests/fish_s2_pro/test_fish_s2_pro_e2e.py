@@ -105,7 +105,6 @@ def test_44khz_audio_comes_through_every_format(http, fmt):
 
 @pytest.mark.parametrize("fields,needle", [
     ({"instructions": "whisper"}, "omit instructions"),
-    ({"speed": 1.5}, "speed 1.0 only"),
     ({"extra_params": {"temperature": 9}}, "temperature"),
     ({"ref_audio": REF["ref_audio"]}, "needs ref_text"),
     ({"ref_text": "only words"}, "send ref_audio with it"),

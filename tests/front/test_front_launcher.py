@@ -164,3 +164,19 @@ def test_engine_arg_with_an_outside_tritonserver_exits_2(capsys):
     code, err = launch(["--triton-url", "localhost:8001", "--engine-arg", "fish_s2_pro_talker.dtype=bfloat16"],
                        capsys)
     assert code == 2 and "--engine-arg" in err
+
+
+def test_served_model_names_must_name_a_served_model_once():
+    import argparse
+
+    from frontend.__main__ import LaunchError, served_name, served_names
+
+    assert served_name("qwen3_tts=Qwen3-TTS") == ("qwen3_tts", "Qwen3-TTS")
+    for bad in ("Qwen3-TTS", "nosuch=Name", "piper="):
+        with pytest.raises(argparse.ArgumentTypeError, match="MODEL=NAME"):
+            served_name(bad)
+    assert served_names([("piper", "voice")], ["piper"]) == {"voice": "piper"}
+    with pytest.raises(LaunchError, match="not served here"):
+        served_names([("qwen3_tts", "q")], ["piper"])
+    with pytest.raises(LaunchError, match="names two models"):
+        served_names([("piper", "x"), ("piper-b", "x")], ["piper", "piper-b"])

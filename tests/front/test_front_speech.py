@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import soundfile as sf
@@ -134,11 +135,33 @@ async def test_unknown_family_parameter_is_400_naming_it_before_triton_is_asked(
 
 
 @run_async
-async def test_speed_other_than_1_is_400_for_a_family_without_native_speed():
+async def test_speed_for_a_family_without_duration_control_is_a_time_stretch_by_the_front_at_the_same_pitch():
+    """The stages are not asked for speed (they have no duration control): the front's
+    encoder stretches the audio, whole or streamed, seamlessly across chunks; the duration
+    follows 1/speed within 2 % and a 220 Hz tone stays at 220 Hz; SSE's usage counts the
+    stretched seconds."""
     family = next(f for f in FAMILIES.values() if not f.capabilities.native_speed)
-    async with serving(FakeTritonClient(), [family.name]) as front:
-        r = await front.speech(model=family.name, speed=1.5, **family.example_params())
-    assert r.status_code == 400 and "speed" in r.json()["error"]["message"]
+    rate = 24000
+    tone = (0.3 * np.sin(2 * np.pi * 220 * np.arange(3 * rate) / rate)).astype(np.float32)
+    async with serving(FakeTritonClient(np.array_split(tone, 7), sample_rate=rate), [family.name]) as front:
+        for speed in (0.5, 1.5, 4.0):
+            for stream_format in (None, "audio"):
+                r = await front.speech(model=family.name, speed=speed, response_format="wav",
+                                       stream_format=stream_format, **family.example_params())
+                assert r.status_code == 200, r.text
+                audio = pcm_from_wav(r.content)
+                assert abs(audio.size * speed / tone.size - 1) < 0.02, (speed, audio.size)
+                peak = np.argmax(np.abs(np.fft.rfft(audio))) * rate / audio.size
+                assert abs(peak - 220) < 3, (speed, peak)
+        r = await front.speech(model=family.name, speed=2.0, response_format="pcm", stream_format="sse",
+                               **family.example_params())
+        assert all("speed" not in call["params"] for call in front.fake.calls)
+    assert abs(sse_events(r.content)[-1]["usage"]["audio_seconds"] - 1.5) < 0.03
+
+
+def pcm_from_wav(body: bytes) -> np.ndarray:
+    """A WAV body's samples (a streamed WAV's sizes are 0xFFFFFFFF: read past the header)."""
+    return np.frombuffer(body[44:], "<i2").astype(np.float32) / 32767.0
 
 
 @run_async
@@ -206,3 +229,24 @@ async def test_instructions_longer_than_the_family_takes_are_400_naming_its_limi
         r = await front.speech(model=family.name, instructions="x" * 501, **family.example_params())
     assert r.status_code == 400 and r.json()["error"]["param"] == "instructions"
     assert "at most 500" in r.json()["error"]["message"]
+
+
+@run_async
+async def test_a_model_answers_to_its_served_model_names_and_its_checkpoint_path_as_vllm_does(tmp_path, monkeypatch):
+    """vLLM serves a model under the path it was started with (`vllm serve ckpts/my-model`:
+    `model: "ckpts/my-model"`) or its --served-model-name: both reach the model here, the
+    path as given, relative to the working directory or absolute; the names are listed in
+    /v1/models; a bare name is never taken for a folder."""
+    folder = tmp_path / "ckpts" / "piper-voice"
+    folder.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    async with serving(FakeTritonClient(), ["piper"], checkpoints={"piper": Path("ckpts/piper-voice")},
+                       served_names={"my-voice": "piper"}) as front:
+        for model in ("my-voice", "ckpts/piper-voice", "./ckpts/piper-voice/", str(folder)):
+            r = await front.speech(model=model)
+            assert r.status_code == 200, (model, r.text)
+        assert [c["model"] for c in front.fake.calls] == ["piper"] * 4
+        assert (await front.speech(model="piper-voice")).status_code == 404
+        assert (await front.speech(model="ckpts/other")).status_code == 404
+        listed = [m["id"] for m in (await front.http.get("/v1/models")).json()["data"]]
+    assert listed == ["piper", "my-voice"]

@@ -76,7 +76,6 @@ def test_concurrent_streams_equal_their_solo_runs(http):
     ({"instructions": "whisper"}, "no style instructions"),
     ({"voice": "nobody"}, "unknown voice"),
     ({"extra_params": {"temperature": 0.7}}, "fixed by its checkpoint"),
-    ({"speed": 1.5}, "speed"),
     ({"max_new_tokens": 5000}, "max_new_tokens"),
 ])
 def test_what_the_model_cannot_do_is_a_400_that_says_so(http, fields, needle):

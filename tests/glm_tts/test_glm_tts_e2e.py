@@ -126,7 +126,6 @@ def _reference_of(seconds: float) -> str:
     ({"instructions": "whisper"}, "no style instructions"),
     ({"task_type": "VoiceDesign"}, "omit task_type"),
     ({"language": "French"}, "omit language"),
-    ({"speed": 1.5}, "speed 1.0 only"),
     ({"voice": "alice"}, "clones the voice of ref_audio"),
     ({"ref_audio": None, "ref_text": None}, "send ref_audio"),
     ({"ref_text": None}, "needs ref_text"),

@@ -112,7 +112,6 @@ def test_48khz_audio_comes_through_every_format(http, fmt):
 
 @pytest.mark.parametrize("fields,needle", [
     ({"instructions": "whisper"}, "no style instructions"),
-    ({"speed": 1.5}, "speed 1.0 only"),
     ({"extra_params": {"cfg_value": 50}}, "cfg_value"),
     ({"clone_mode": "continuation", "ref_audio": REF["ref_audio"]}, "needs ref_text"),
     ({"ref_text": "only words"}, "send ref_audio with it"),

@@ -80,7 +80,6 @@ SPEECH = [
     _speech("speed is text", 400, "valid number", "speed", model="piper", speed="fast"),
     _speech("speed too low", 400, "greater than or equal to 0.25", "speed", model="piper", speed=0.1),
     _speech("speed too high", 400, "less than or equal to 4", "speed", model="piper", speed=10),
-    _speech("speed for cosyvoice3", 400, "speed 1.0 only", None, speed=1.5, ref_audio=REF, **_clone()),
     _speech("stream is text", 400, "valid boolean", "stream", model="piper", stream="yes"),
     _speech("unknown stream_format", 400, "stream_format", "stream_format", model="piper",
             stream_format="chunks"),

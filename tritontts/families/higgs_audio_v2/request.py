@@ -34,6 +34,11 @@ UNSUPPORTED = {
     "task_type": "higgs-audio v2 has one task (speech from text, optionally cloned); omit task_type",
     "language": "higgs-audio v2 reads the language from the text itself; omit language",
     "speed": speed_refusal('higgs-audio v2'),
+    # Upstream's other prompt forms, out of scope here as in vLLM-Omni (explicit 400s).
+    "ref_audio_in_system_message": "the reference in a system-message block is not served: send ref_audio "
+                                   "with ref_text (prompted as an earlier turn, upstream's default)",
+    "speakers": "multi-speaker dialogue is not served: one speaker per request",
+    "messages": "a chat conversation is not served: send the text in input",
 }
 FIELDS = RequestFields(
     takes={

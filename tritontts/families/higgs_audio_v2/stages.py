@@ -85,9 +85,10 @@ class HiggsAudioV2PromptStage(Stage):
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
         start = begin_request(inputs, parse_higgs_audio_v2_params)
-        default_voice_only(start.voice, "higgs-audio v2 has no preset "
-                           "speakers; use voice 'default', send ref_audio + ref_text, or "
-                           "upload a voice (POST /v1/audio/voices)")
+        default_voice_only(start.voice, ("upstream's profile: text-only speaker descriptions are not "
+                                         "served (nor by vLLM-Omni); " if start.voice.startswith("profile:") else "")
+                           + "higgs-audio v2 has no preset speakers; use voice 'default', send "
+                           "ref_audio + ref_text, or upload a voice (POST /v1/audio/voices)")
         ids, steps = self.prompt(start.text, start.params)
         return {
             "prompt_ids": np.asarray(ids, np.int32),

@@ -24,6 +24,7 @@ FAMILY = Family(
     checkpoint_help="a Voxtral TTS directory (Mistral format): params.json, consolidated.safetensors, "
                     "tekken.json, voice_embedding/NAME.pt",
     checkpoint_required=True,
+    released_names=("mistralai/Voxtral-4B-TTS-2603",),
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voices=_voices,
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
