@@ -70,6 +70,41 @@ def engine_arg(value: str) -> tuple[str, str, object]:
     return stage, key, parsed
 
 
+def stage_setting(value: str) -> tuple[str, str, object]:
+    """STAGE.KEY=VALUE of --stage-setting: a top-level key of a stage's 1/model.json (not its
+    engine_args: --engine-arg sets those)."""
+    import json
+
+    from tritontts.deploy.repository import STAGE_REPOSITORY
+    from tritontts.engine.vllm_talker import parse_engine_arg
+
+    try:
+        stage, key, parsed = parse_engine_arg(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--stage-setting takes STAGE.KEY=VALUE (e.g. "
+                                         f"cosyvoice3_talker.sampling_method=standard), got {value!r}") from None
+    path = STAGE_REPOSITORY / stage / "1" / "model.json"
+    settings = json.loads(path.read_text()) if path.is_file() else {}
+    keys = sorted(k for k in settings if k != "engine_args")
+    if key not in keys:
+        where = f"its settings are {', '.join(keys)}" if keys else "it has no model.json settings"
+        raise argparse.ArgumentTypeError(f"{stage}.{key} in {value!r} is not a stage setting: {where}"
+                                         + ("; engine arguments are --engine-arg" if key in settings else ""))
+    return stage, key, parsed
+
+
+def stage_settings_env(given: list[tuple[str, str, object]]) -> dict[str, str]:
+    """tritonserver's environment entry carrying --stage-setting to the stages."""
+    import json
+
+    from tritontts.serving.stage import STAGE_SETTINGS_ENV
+
+    grouped: dict[str, dict[str, object]] = {}
+    for stage, key, value in given:
+        grouped.setdefault(stage, {})[key] = value
+    return {STAGE_SETTINGS_ENV: json.dumps(grouped)} if grouped else {}
+
+
 def engine_args_env(given: list[tuple[str, str, object]]) -> dict[str, str]:
     """tritonserver's environment entry carrying --engine-arg to the vLLM stages."""
     import json
@@ -150,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a vLLM stage's engine argument over its 1/model.json (repeatable), e.g. "
                              "fish_s2_pro_talker.dtype=bfloat16 or voxtral_tts_talker.kv_cache_memory_bytes="
                              "4294967296")
+    parser.add_argument("--stage-setting", action="append", type=stage_setting, default=[],
+                        metavar="STAGE.KEY=VALUE",
+                        help="a stage's own setting over its 1/model.json (repeatable), e.g. "
+                             "cosyvoice3_talker.sampling_method=standard")
     parser.add_argument("--max-in-flight", type=int, default=64,
                         help="requests served at once; more get 429")
     parser.add_argument("--max-in-flight-per-model", action="append", type=model_limit, default=[],
@@ -312,6 +351,10 @@ def main(argv=None) -> int:
             raise LaunchError("--engine-arg sets the talkers of the tritonserver this launcher starts; "
                               "with --triton-url, set them where that server runs")
         env.update(engine_args_env(args.engine_arg))
+        if args.stage_setting and args.triton_url is not None:
+            raise LaunchError("--stage-setting sets the stages of the tritonserver this launcher starts; "
+                              "with --triton-url, set them where that server runs")
+        env.update(stage_settings_env(args.stage_setting))
     except LaunchError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -16,6 +16,9 @@ from typing import Any, Iterable
 from .protocol import InvalidRequest
 
 SAMPLING = "sampling"      # the prompt stage's output and the talker's input
+# How a talker samples, where it has more than one way (CosyVoice3: "ras" or "standard"):
+# travels with the overrides, a string among the numbers.
+METHOD = "sampling_method"
 
 # name: (type, lowest, highest, lowest excluded)
 RULES: dict[str, tuple[type, float, float, bool]] = {
@@ -60,7 +63,7 @@ def decode(raw: str | bytes | None) -> dict[str, float | int]:
     if not raw:
         return {}
     data = json.loads(raw)
-    unknown = set(data) - set(RULES)
+    unknown = set(data) - set(RULES) - {METHOD}
     if unknown:
         raise InvalidRequest(f"unknown sampling overrides {sorted(unknown)}")
     return data

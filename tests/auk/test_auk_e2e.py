@@ -51,11 +51,11 @@ def check_plan(sizes: list[int], frames: int) -> None:
 @pytest.mark.parametrize("text, params, instruction", [
     ("", {"instructions": "A dog barks twice, then a door closes.", "duration_seconds": 1.5},
      "A dog barks twice, then a door closes."),
-    ("Hello there.", {"instructions": "A calm, low voice.", "duration_seconds": 1.3, "sway": -0.5,
+    ("Hello there.", {"instructions": "A calm, low voice.", "input_mode": "speech", "duration_seconds": 1.3, "sway": -0.5,
                       "guidance_scale": 3.0},
      'Generate speech based on the following description: "A calm, low voice.". '
      'The content to speak is: "Hello there.".'),
-    ("Good night.", {"duration_seconds": 1.1, "t_grid": [0, 0.3, 0.7, 1], "guidance_scale": 0},
+    ("Good night.", {"input_mode": "speech", "duration_seconds": 1.1, "t_grid": [0, 0.3, 0.7, 1], "guidance_scale": 0},
      'Generate speech based on the following description: "A clear, natural voice.". '
      'The content to speak is: "Good night.".'),
 ])
@@ -109,6 +109,24 @@ def test_the_openai_sdk_shape_with_empty_input_and_whole_instructions_gives_wav_
     assert rate == RATE and audio.size == 40 * HOP and rms(audio) > 1e-4
 
 
+def test_input_alone_is_the_whole_instruction_as_in_vllm_omni(http):
+    """vLLM-Omni reads an AuK request's input as the complete instruction: the same audio as
+    that instruction sent in instructions (not speech reading it aloud)."""
+    def speak(**body):
+        r = http.post("/v1/audio/speech", json={"model": "auk", "response_format": "pcm", "seed": 4, **body,
+                                                "extra_params": {"num_inference_steps": 2, "duration_seconds": 0.6}})
+        assert r.status_code == 200, r.text
+        return r.content
+
+    as_input = speak(input="A dog barks twice.")
+    assert as_input == speak(input="", instructions="A dog barks twice.")
+    spoken = http.post("/v1/audio/speech", json={"model": "auk", "response_format": "pcm", "seed": 4,
+                                                 "input": "A dog barks twice.", "extra_params": {
+                                                     "num_inference_steps": 2, "duration_seconds": 0.6,
+                                                     "input_mode": "speech"}})
+    assert spoken.status_code == 200 and spoken.content != as_input
+
+
 def test_concurrent_requests_equal_their_solo_runs(http):
     """Requests gathered into one DiT batch (rows of other lengths padded, masked) each give what
     they give alone."""
@@ -124,7 +142,7 @@ def test_concurrent_requests_equal_their_solo_runs(http):
 
 @pytest.mark.parametrize("body, needle", [
     ({"input": ""}, "input is empty"),
-    ({"input": "", "instructions": "Rain falls."}, "duration_seconds is required"),
+    ({"input": "Rain falls.", "instructions": "Thunder."}, "not both"),
     ({"input": "Hi.", "extra_params": {"t_grid": [0, 0.7, 0.3, 1]}}, "increase strictly"),
     ({"input": "Hi.", "extra_params": {"vae_sample": True}}, "send ref_audio"),
     ({"input": "Hi.", "extra_params": {"duration_seconds": 45}}, "duration_seconds must be between"),

@@ -53,11 +53,21 @@ def test_bad_fields_are_refused_with_what_to_fix(params, needle):
         parse_auk_params(params)
 
 
-def test_speech_becomes_an_instruction_with_the_voice_described_or_cloned():
+def test_input_is_the_whole_instruction_by_default_as_vllm_omni_reads_it():
     plain = parse_auk_params({})
+    assert instruction_for("A dog barks twice.", plain, False) == "A dog barks twice."
+    assert instruction_for("Add rain to the recording.", plain, True) == "Add rain to the recording."
+    with pytest.raises(InvalidRequest, match="not both"):
+        instruction_for("Hello.", parse_auk_params({"instructions": "A calm voice."}), False)
+    with pytest.raises(InvalidRequest, match="input_mode must be one of"):
+        parse_auk_params({"input_mode": "poem"})
+
+
+def test_speech_mode_turns_input_into_an_instruction_with_the_voice_described_or_cloned():
+    plain = parse_auk_params({"input_mode": "speech"})
     assert instruction_for("Hello.", plain, False) == (
         f'Generate speech based on the following description: "{DEFAULT_VOICE}". The content to speak is: "Hello.".')
-    described = parse_auk_params({"instructions": "A calm, low voice."})
+    described = parse_auk_params({"instructions": "A calm, low voice.", "input_mode": "speech"})
     assert '"A calm, low voice."' in instruction_for("Hello.", described, False)
     assert instruction_for("Hello.", plain, True) == 'Say the following with the same voice: "Hello."'
 
@@ -69,13 +79,15 @@ def test_instructions_alone_are_the_whole_instruction_and_input_may_be_empty():
     with pytest.raises(InvalidRequest, match="input is empty"):
         instruction_for("", parse_auk_params({}), False)
     with pytest.raises(InvalidRequest, match="leave input empty"):
-        instruction_for("Hello.", p, True)
+        instruction_for("Hello.", parse_auk_params({"instructions": "Add rain.", "input_mode": "speech"}), True)
 
 
 def test_output_length_is_given_else_the_clip_else_sized_from_the_text():
     assert output_frames("", parse_auk_params({"duration_seconds": 2.0}), 77, frames_for) == 100
     assert output_frames("", parse_auk_params({"instructions": "Add rain."}), 77, frames_for) == 77
+    assert output_frames("Add rain.", parse_auk_params({}), 77, frames_for) == 77     # input, the instruction
+    speech = parse_auk_params({"input_mode": "speech"})
+    assert output_frames("Hi.", speech, 77, frames_for) == 50          # speech in the clip's voice: its text
     short, long = (output_frames(t, parse_auk_params({}), 0, frames_for) for t in ("Hi.", "word " * 60))
     assert short == 50 and 50 < long <= 1500          # at least a second, at most 30
-    with pytest.raises(InvalidRequest, match="duration_seconds is required"):
-        output_frames("", parse_auk_params({"instructions": "A dog barks."}), 0, frames_for)
+    assert output_frames("", parse_auk_params({"instructions": "A dog barks."}), 0, frames_for) == 70   # 0.5 + 12 x 0.075 s

@@ -204,3 +204,19 @@ def test_sampling_overrides_reach_the_talkers_repetition_aware_sampling(http):
     assert speak(http, seed=1, response_format="pcm").content != speak(http, seed=2, response_format="pcm").content
     bad = speak(http, temperature=0.5)
     assert bad.status_code == 400 and "temperature" in bad.json()["error"]["message"]
+
+
+def test_standard_sampling_is_selectable_per_request_and_reaches_the_talker(http):
+    """sampling_method standard (vLLM-Omni's GPU profile) samples with vLLM's own sampler:
+    top_k 1 is greedy there too (the seed no longer matters); its default draws differ by
+    seed and from RAS's; a RAS knob with it is a 400 naming the knob."""
+    greedy = {"sampling_method": "standard", "top_k": 1}
+    a = speak(http, seed=1, response_format="pcm", extra_params=greedy)
+    b = speak(http, seed=2, response_format="pcm", extra_params=greedy)
+    assert a.status_code == b.status_code == 200, a.text
+    assert a.content == b.content
+    standard = [speak(http, seed=s, response_format="pcm", extra_params={"sampling_method": "standard"}).content
+                for s in (1, 2)]
+    assert standard[0] != standard[1] and standard[0] != speak(http, seed=1, response_format="pcm").content
+    bad = speak(http, extra_params={"sampling_method": "standard", "win_size": 3})
+    assert bad.status_code == 400 and "win_size" in bad.json()["error"]["message"]

@@ -217,3 +217,29 @@ def test_vllm_ras_sampling_is_seeded_and_stays_in_speech_range(vllm_talker):
         assert all(0 <= s < SPEECH_VOCAB for s in speech)
         body = speech[:-1] if speech and speech[-1] >= 6561 else speech
         assert all(s < 6561 for s in body)
+
+
+def test_a_request_samples_by_its_method_else_the_stage_default_with_that_methods_knobs():
+    """RAS (upstream's) by default; standard sampling (vLLM-Omni's GPU profile) when the request
+    or the talker's model.json sampling_method says so; a knob of the other method is a 400."""
+    from tritontts.families.cosyvoice3.request import STANDARD_SAMPLING, parse_cosyvoice3_params
+    from tritontts.families.cosyvoice3.stages import CosyVoice3TalkerStage
+    from tritontts.protocol import InvalidRequest
+
+    stage = object.__new__(CosyVoice3TalkerStage)
+    stage.sampling = {"top_p": 0.8, "top_k": 25, "win_size": 10, "tau_r": 0.1}
+    stage.settings = {"sampling_method": "ras"}
+    assert stage.request_sampling({}) == {**stage.sampling, "sampling_method": "ras"}
+    assert stage.request_sampling({"sampling_method": "standard", "top_k": 5}) == {
+        **STANDARD_SAMPLING, "top_k": 5, "sampling_method": "standard"}
+    stage.settings = {"sampling_method": "standard"}
+    assert stage.request_sampling({"temperature": 0.9})["temperature"] == 0.9
+    with pytest.raises(InvalidRequest, match="win_size is a knob of ras sampling"):
+        stage.request_sampling({"win_size": 4})
+    ref = {"ref_audio": "UklGRg==", "ref_text": "Hi."}
+    assert parse_cosyvoice3_params({**ref, "sampling_method": "standard", "temperature": 0.5}).sampling == {
+        "sampling_method": "standard", "temperature": 0.5}
+    with pytest.raises(InvalidRequest, match="temperature is a knob of standard sampling"):
+        parse_cosyvoice3_params({**ref, "sampling_method": "ras", "temperature": 0.5})
+    with pytest.raises(InvalidRequest, match="sampling_method must be one of"):
+        parse_cosyvoice3_params({**ref, "sampling_method": "beam"})

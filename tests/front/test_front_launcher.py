@@ -180,3 +180,26 @@ def test_served_model_names_must_name_a_served_model_once():
         served_names([("qwen3_tts", "q")], ["piper"])
     with pytest.raises(LaunchError, match="names two models"):
         served_names([("piper", "x"), ("piper-b", "x")], ["piper", "piper-b"])
+
+
+def test_a_stage_setting_must_be_a_model_json_setting_of_that_stage_and_reaches_it(tmp_path, monkeypatch):
+    import argparse
+    import json
+
+    from frontend.__main__ import stage_setting, stage_settings_env
+    from tritontts.serving.stage import STAGE_SETTINGS_ENV, StageContext
+
+    assert stage_setting("cosyvoice3_talker.sampling_method=standard") == (
+        "cosyvoice3_talker", "sampling_method", "standard")
+    for bad, needle in (("cosyvoice3_talker.no_such=1", "its settings are"),
+                        ("cosyvoice3_talker.engine_args=1", "its settings are"),
+                        ("piper_vits.x=1", "not a stage setting"), ("nodot=1", "STAGE.KEY=VALUE")):
+        with pytest.raises(argparse.ArgumentTypeError, match=needle):
+            stage_setting(bad)
+    env = stage_settings_env([("cosyvoice3_talker", "sampling_method", "standard")])
+    folder = tmp_path / "cosyvoice3_talker"
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.json").write_text(json.dumps({"engine_args": {}, "sampling_method": "ras"}))
+    monkeypatch.setenv(STAGE_SETTINGS_ENV, env[STAGE_SETTINGS_ENV])
+    assert StageContext("cosyvoice3_talker", folder).settings()["sampling_method"] == "standard"
+    assert StageContext("other", folder).settings()["sampling_method"] == "ras"

@@ -58,6 +58,16 @@ def test_speak_format_follows_the_extension_and_errors_name_the_field(stack, tmp
     assert b"HTTP 400 (speed)" in bad.stderr, bad.stderr
 
 
+def test_speak_sends_an_instruction_only_request_with_empty_text(stack, tmp_path):
+    """`tritontts-speak "" --instructions ...` sends input "" with the instructions (an AuK
+    edit or sound); the served family's own answer comes back (Piper takes no instructions);
+    without instructions an empty text is refused before any request."""
+    sent = run(stack, tmp_path, "tritontts-speak", "", "--instructions", "Rain falls.", "-o", "r.wav")
+    assert sent.returncode == 1 and b"HTTP 400 (instructions)" in sent.stderr, sent.stderr
+    empty = run(stack, tmp_path, "tritontts-speak", "", "-o", "e.wav")
+    assert empty.returncode == 2 and b"no text to speak" in empty.stderr, empty.stderr
+
+
 def test_speak_sends_a_local_reference_as_a_data_url(stack, tmp_path):
     """Piper does not clone, so the front must refuse the reference by name: proof that
     it arrived as a readable recording, not that it was ignored."""

@@ -44,8 +44,8 @@ def parse_args(argv=None):
 def read_text(args) -> str:
     if args.text_file:
         return args.text_file.read_text(encoding="utf-8")
-    if args.text and args.text != "-":
-        return args.text
+    if args.text is not None and args.text != "-":
+        return args.text        # "" too: an instruction-only request (its whole ask in --instructions)
     return sys.stdin.read()
 
 
@@ -57,8 +57,9 @@ def speak_http(args, fmt: str, output: str) -> int:
     import httpx
 
     text = read_text(args).strip()
-    if not text:
-        print("tritontts-speak: no text to speak", file=sys.stderr)
+    if not text and not getattr(args, "instructions", None):
+        print("tritontts-speak: no text to speak (an instruction-only request: '' --instructions ...)",
+              file=sys.stderr)
         return 2
     body = {**request_fields(args, fmt), "input": text}
     if args.stream:

@@ -34,6 +34,11 @@ import numpy as np
 from ..protocol import (
     PARAMS, TEXT, VOICE, InvalidRequest, check_text, decode_params)
 
+# The launcher's --stage-setting STAGE.KEY=VALUE, handed to tritonserver's stages as JSON
+# {stage: {key: value}}: a stage's own settings over its 1/model.json's (CosyVoice3's talker's
+# sampling_method) without editing the repository. --engine-arg is the same for engine_args.
+STAGE_SETTINGS_ENV = "TRITONTTS_STAGE_SETTINGS"
+
 
 @dataclass(frozen=True)
 class StageContext:
@@ -48,11 +53,17 @@ class StageContext:
     def settings(self, filename: str = "model.json") -> dict[str, Any]:
         """A JSON file in the version folder (a talker's engine arguments), as vllm_backend
         keeps its model.json."""
+        import os
+
         path = self.model_dir / self.version / filename
         try:
-            return json.loads(path.read_text())
+            settings = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"{path}: {exc}") from None
+        overrides = os.environ.get(STAGE_SETTINGS_ENV, "")
+        if filename == "model.json" and overrides:
+            settings.update(json.loads(overrides).get(self.name, {}))
+        return settings
 
     def int_parameter(self, name: str, default: int) -> int:
         return int(self.parameters.get(name, default))

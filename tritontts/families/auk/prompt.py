@@ -15,7 +15,10 @@ of audio places. The template's fixed parts are tokenized apart from it; Qwen's
 pre-tokenizer splits at the newline before the instruction and the special token after it,
 so the ids equal those of the whole rendered string (tests check this).
 
-Speech requests (`input`) are turned into an instruction here, as sglang-omni's AuK front does:
+By default `input` is the whole instruction, as vLLM-Omni reads it (input_mode
+"instruction"): `input` or `instructions`, whichever is given (both: a 400 asking for one).
+With input_mode "speech", `input` is text to speak, turned into an instruction here as
+sglang-omni's AuK front does:
   input, no clip          Generate speech based on the following description: "{voice}".
                           The content to speak is: "{input}".   (voice: `instructions`, or
                           a clear, natural voice)
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...protocol import InvalidRequest
-from .request import AuKParams
+from .request import SPEECH, AuKParams
 
 SYSTEM = "You are a helpful assistant."
 NO_PROMPT_AUDIO = "|<no_prompt_audio>|"
@@ -46,6 +49,12 @@ def instruction_for(text: str, params: AuKParams, has_clip: bool) -> str:
         if params.instructions is None:
             raise InvalidRequest("input is empty: give the text to speak, or the whole instruction in instructions")
         return params.instructions
+    if params.input_mode != SPEECH:
+        if params.instructions is not None:
+            raise InvalidRequest("input is the whole instruction (input_mode \"instruction\", vLLM-Omni's): send "
+                                 "it in input or in instructions, not both; or set input_mode \"speech\" to "
+                                 "speak input in the voice instructions describe")
+        return text
     if has_clip:
         if params.instructions is not None:
             raise InvalidRequest("with ref_audio, put the whole instruction in instructions and leave input empty, "
@@ -68,17 +77,17 @@ def rendered(instruction: str, audio_tokens: int) -> str:
 
 def output_frames(text: str, params: AuKParams, clip_frames: int, frames_for) -> int:
     """The output's latent frames: duration_seconds; else an instruction on a clip keeps the
-    clip's length (an edit); else speech is sized from its text."""
+    clip's length (an edit, as vLLM-Omni does); else it is sized from the text, speech's or
+    the instruction's (about 13 characters a second, at least a second)."""
     if params.duration_seconds is not None:
         return frames_for(params.duration_seconds)
-    if not text.strip():
-        if clip_frames:
-            return clip_frames
-        raise InvalidRequest("duration_seconds is required for an instruction without a clip: "
-                             "there is nothing to take the length from")
+    speech = params.input_mode == SPEECH and text.strip()
+    if clip_frames and not speech:
+        return clip_frames
     from .request import MAX_SECONDS
 
-    seconds = SPEECH_PAD_SECONDS + SECONDS_PER_CHAR * len(text.strip())
+    words = text.strip() or params.instructions or ""
+    seconds = SPEECH_PAD_SECONDS + SECONDS_PER_CHAR * len(words)
     return frames_for(min(MAX_SECONDS, max(MIN_SPEECH_SECONDS, seconds)))
 
 

@@ -4,9 +4,13 @@ stage and the HTTP front both call parse_auk_params).
 AuK is instruction-driven audio generation: one instruction (plus an optional clip) in,
 audio of a given length out. Its fields:
 
+  input               the whole instruction, as vLLM-Omni reads it (input_mode "instruction",
+                      the default), or text to speak (input_mode "speech": AuK's speech
+                      template, see tritontts.families.auk.prompt)
   instructions        the instruction, whole (speech, voice design, sound, an edit of the
-                      clip); `input` may then be empty. With `input` too, it describes the
-                      voice that speaks `input` (see tritontts.families.auk.prompt)
+                      clip); `input` may then be empty. With `input` as speech, it describes
+                      the voice that speaks `input`
+  input_mode          "instruction" (default) or "speech"
   ref_audio           a clip: the voice to speak `input` in, or the source of an edit
   duration_seconds    the output's length, up to 30 s; without it: the clip's length for an
                       instruction on a clip, an estimate from `input`'s length for speech
@@ -44,11 +48,16 @@ UNSUPPORTED = {
     "top_p": "AuK has no token sampling; omit top_p",
     "top_k": "AuK has no token sampling; omit top_k",
 }
+INSTRUCTION, SPEECH = "instruction", "speech"
+INPUT_MODES = (INSTRUCTION, SPEECH)
 SAMPLING = ("num_inference_steps", "guidance_scale", "sway", "t_grid")
 FIELDS = RequestFields(
     takes={
         "instructions":
             "the instruction, whole (speech, voice design, sound, an edit of the clip); input may then be empty",
+        "input_mode": "how input is read: \"instruction\" (default, vLLM-Omni's: input is the whole "
+                      "instruction) or \"speech\" (input is text to speak, in AuK's speech template; "
+                      "instructions then describe the voice)",
         "ref_audio": "a clip: the voice to speak input in, or the source of an edit",
         "duration_seconds": "the output's length, up to 30 s",
         "seed": "the initial noise (and the clip's posterior draw with vae_sample)",
@@ -65,6 +74,7 @@ FIELDS = RequestFields(
 @dataclass(frozen=True)
 class AuKParams:
     instructions: str | None
+    input_mode: str
     ref_audio: bytes | None
     duration_seconds: float | None
     seed: int | None
@@ -87,6 +97,9 @@ def parse_auk_params(params: dict[str, Any]) -> AuKParams:
         if len(instructions) > MAX_INPUT_CHARS:
             raise InvalidRequest(f"instructions are {len(instructions)} characters; the limit is {MAX_INPUT_CHARS}")
         instructions = instructions.strip() or None
+    input_mode = params.get("input_mode", INSTRUCTION)
+    if input_mode not in INPUT_MODES:
+        raise InvalidRequest(f"input_mode must be one of {', '.join(INPUT_MODES)}, got {input_mode!r}")
     ref_audio = audio_param(params["ref_audio"]) if params.get("ref_audio") is not None else None
     vae_sample = params.get("vae_sample", False)
     if not isinstance(vae_sample, bool):
@@ -101,7 +114,7 @@ def parse_auk_params(params: dict[str, Any]) -> AuKParams:
     if grid is not None and params.get("sway") is not None:
         raise InvalidRequest("sway reshapes the uniform grid; with t_grid it has nothing to do: omit one")
     return AuKParams(
-        instructions=instructions, ref_audio=ref_audio,
+        instructions=instructions, input_mode=input_mode, ref_audio=ref_audio,
         duration_seconds=number_param(params, "duration_seconds", None, MIN_SECONDS, MAX_SECONDS),
         seed=seed_param(params), num_inference_steps=steps,
         guidance_scale=number_param(params, "guidance_scale", None, 0.0, 20.0),

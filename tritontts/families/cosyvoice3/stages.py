@@ -159,6 +159,17 @@ class CosyVoice3TalkerStage(VllmTalkerStage):
     def model_path(self) -> str:
         return str(self.talker_dir)
 
+    def request_sampling(self, overrides: dict) -> dict:
+        """The request's sampling: its method (the request's, else model.json's
+        sampling_method, else RAS) and that method's knobs with the request's overrides."""
+        from .request import RAS, STANDARD_SAMPLING, check_knobs
+
+        method = overrides.get(sampling.METHOD) or self.settings.get("sampling_method", RAS)
+        check_knobs(method, overrides)
+        knobs = {k: v for k, v in overrides.items() if k != sampling.METHOD}
+        defaults = self.sampling if method == RAS else STANDARD_SAMPLING
+        return {**sampling.apply(defaults, knobs), sampling.METHOD: method}
+
     def engine_extras(self) -> dict[str, Any]:
         from ...engine.vllm_ras import RAS_LOGITS_PROCESSOR
 
@@ -169,7 +180,7 @@ class CosyVoice3TalkerStage(VllmTalkerStage):
         prompts = np.split(inputs.flat("prompt_ids"), np.cumsum(inputs.flat("segment_lengths"))[:-1])
         min_tokens, max_tokens = inputs.flat("min_tokens"), inputs.flat("max_tokens")
         seed = int(inputs.scalar("seed"))
-        ras = sampling.apply(self.sampling, sampling.decode(inputs.scalar(SAMPLING, "")))
+        ras = self.request_sampling(sampling.decode(inputs.scalar(SAMPLING, "")))
         prompt_tokens = inputs.flat("prompt_tokens").size
         for k, prompt_ids in enumerate(prompts):
             last_segment = k == len(prompts) - 1
@@ -192,11 +203,16 @@ class CosyVoice3TalkerStage(VllmTalkerStage):
         if room <= min_tokens:
             raise InvalidRequest(f"the reference prompt and text need {len(prompt_ids)} of the "
                                  f"talker's {self.max_model_len} positions: use a shorter ref_audio")
+        ras = ras or {**self.sampling, sampling.METHOD: "ras"}
+        if ras[sampling.METHOD] == "ras":
+            # RAS samples in its logits processor: vLLM's own sampling is a plain draw.
+            drawn = {"temperature": 1.0, "top_p": 1.0, "top_k": 0,
+                     "extra_args": ras_extra_args(self.vocab.speech_offset, SPEECH_VOCAB, ras)}
+        else:
+            drawn = {k: ras[k] for k in ("temperature", "top_p", "top_k", "repetition_penalty")}
         params = SamplingParams(
-            temperature=1.0, top_p=1.0, top_k=0, seed=seed, detokenize=False,
-            min_tokens=min_tokens, max_tokens=min(max_tokens, room),
-            allowed_token_ids=self.vocab.allowed_ids, stop_token_ids=self.vocab.stop_ids,
-            extra_args=ras_extra_args(self.vocab.speech_offset, SPEECH_VOCAB, ras or self.sampling))
+            seed=seed, detokenize=False, min_tokens=min_tokens, max_tokens=min(max_tokens, room),
+            allowed_token_ids=self.vocab.allowed_ids, stop_token_ids=self.vocab.stop_ids, **drawn)
         chunker = TokenChunker(self.schedule, prompt_tokens)
         tokens: list[int] = []
         stop = set(self.vocab.stop_ids)
