@@ -37,7 +37,8 @@ def test_overrides_apply_over_defaults_by_prefix():
 @pytest.mark.parametrize("family,knob,accepted", [
     ("piper", "temperature", False),
     ("cosyvoice3", "top_k", True),
-    ("cosyvoice3", "temperature", False),
+    ("cosyvoice3", "win_size", True),
+    ("cosyvoice3", "subtalker_top_k", False),
     ("qwen3_tts", "temperature", True),
     ("qwen3_tts", "subtalker_top_k", True),
     ("qwen3_tts", "win_size", False),

@@ -47,6 +47,40 @@ def lazy(package: str, spec: str) -> Lazy:
     return Lazy(package, spec)
 
 
+# Stand-ins in a DocumentedRequest's body, filled in where it is replayed.
+REF_AUDIO, REF_TEXT = "$REF_AUDIO", "$REF_TEXT"   # a reference recording (a data: URL), its transcript
+CHECKPOINT_PATH = "$CHECKPOINT"                   # the served checkpoint's path (vllm serve PATH)
+RELEASED_NAME = "$RELEASED"                       # the family's first released name, else its own
+
+
+@dataclass(frozen=True)
+class DocumentedRequest:
+    """A request vLLM-Omni's TTS docs show for a family (its online-serving README: curl,
+    httpx, the OpenAI SDK, its CLI clients' flags as the requests they send), and the outcome
+    they document. The contract suite replays each one unchanged but for the stand-ins above
+    and the family's frame or step budget (tiny random talkers rarely end by themselves)."""
+    source: str                     # where the docs show it
+    body: dict[str, Any]
+    client: str = "http"            # http (curl, httpx), openai (the SDK), stream (raw PCM)
+    status: int = 200
+    says: str = ""                  # for a 4xx: a phrase of its message
+    variant: str | None = None      # the checkpoint variant it needs (None: the default)
+
+
+def quick_start(status: int = 200, says: str = "") -> tuple[DocumentedRequest, ...]:
+    """vLLM-Omni's Common Quick Start, the same for every family, and `model` as the path
+    the server was started with."""
+    hello = {"input": "Hello, how are you?", "voice": "default"}
+    return (
+        DocumentedRequest("quick start: curl / httpx", {**hello, "response_format": "wav"}, status=status, says=says),
+        DocumentedRequest("quick start: OpenAI SDK", {**hello, "model": RELEASED_NAME}, "openai", status, says),
+        DocumentedRequest("quick start: streaming PCM", {**hello, "stream": True, "stream_format": "audio",
+                                                         "response_format": "pcm"}, "stream", status, says),
+        DocumentedRequest("vllm serve <local path>: model is that path", {**hello, "model": CHECKPOINT_PATH},
+                          status=status, says=says),
+    )
+
+
 @dataclass(frozen=True)
 class Variant:
     """Another checkpoint of a family that the contract suite also runs: the options its
@@ -102,6 +136,8 @@ class Family:
     example_params: Callable[[], dict[str, Any]] = field(default=dict)
     # Checkpoint variants the contract suite also runs (e.g. Qwen3-TTS's kinds), by name.
     variants: dict[str, Variant] = field(default_factory=dict)
+    # vLLM-Omni's documented requests for the family and their outcomes (tests/contract replays them).
+    documented_requests: tuple[DocumentedRequest, ...] = ()
 
     @property
     def checkpoint_env(self) -> str:

@@ -388,3 +388,62 @@ def test_speed_changes_the_duration_by_its_factor_within_5_percent(served, famil
         ratio = seconds(speed) * speed / plain
         print(f"\n{family.name}: speed {speed}: {ratio:.3f} of the expected duration")
         assert abs(ratio - 1) <= 0.05, (speed, ratio)
+
+
+BUDGET_FIELDS = ("max_new_tokens", "num_steps", "num_inference_steps")   # the tiny checkpoints' budget
+
+
+def filled(value, family, served, reference: dict):
+    """A documented body's value with its stand-ins filled in (tritontts.family)."""
+    from tritontts.family import CHECKPOINT_PATH, REF_AUDIO, REF_TEXT, RELEASED_NAME
+
+    return {REF_AUDIO: reference["audio"], REF_TEXT: reference["text"],
+            CHECKPOINT_PATH: str(served.checkpoints.get(family.name, "")) or family.name,
+            RELEASED_NAME: (family.released_names or (family.name,))[0]}.get(value, value) \
+        if isinstance(value, str) else value
+
+
+def test_vllm_omnis_documented_requests_give_their_documented_outcome(served, family, case, example, tmp_path):
+    """Every request vLLM-Omni's TTS docs show for this family (family.documented_requests:
+    curl and httpx bodies, the OpenAI SDK call, the CLI clients' flags as the requests they
+    send), sent unchanged but for a reference recording (a data: URL) and the tiny
+    checkpoint's frame or step budget: the documented outcome, audio at the family's rate or
+    the documented 4xx naming what it refuses."""
+    from openai import OpenAI
+
+    from tritontts.family import synthetic_reference
+
+    documented = [d for d in family.documented_requests if d.variant == case[1]]
+    if not documented:
+        pytest.skip("vLLM-Omni documents no request for this checkpoint variant")
+    ref = synthetic_reference()
+    reference = {"audio": "data:audio/wav;base64," + ref["ref_audio"], "text": ref["ref_text"]}
+    budget = {k: v for k, v in example.items() if k in BUDGET_FIELDS}
+    rate = family.capabilities.sample_rate
+    for doc in documented:
+        body = {k: filled(v, family, served, reference) for k, v in {**doc.body, **budget}.items()}
+        if doc.client == "openai":
+            client = OpenAI(base_url=served.url + "/v1", api_key="none", max_retries=0)
+            fields = {k: body.pop(k) for k in ("model", "voice", "input")}
+            target = tmp_path / "sdk.wav"
+            try:
+                client.audio.speech.create(**fields, extra_body=body).write_to_file(target)
+            except Exception as exc:          # the SDK raises for a 4xx: its status and message
+                status, message = getattr(exc, "status_code", None), str(exc)
+                assert (status, True) == (doc.status, doc.says in message), (doc.source, status, message[:300])
+                continue
+            assert doc.status == 200, (doc.source, "answered 200")
+            audio, got = decode(target.read_bytes())
+            assert got == rate and audio.size > 0, doc.source
+            continue
+        r = httpx.post(served.url + "/v1/audio/speech", json=body, timeout=300)
+        assert r.status_code == doc.status, (doc.source, r.status_code, r.text[:300])
+        if doc.status != 200:
+            assert doc.says in r.json()["error"]["message"], (doc.source, r.text[:300])
+            continue
+        if body.get("response_format") == "pcm":
+            assert len(r.content) > 0 and len(r.content) % 2 == 0, doc.source
+        else:
+            audio, got = decode(r.content)
+            assert got == rate and audio.size > 0 and np.isfinite(audio).all(), doc.source
+    assert httpx.get(served.url + "/health").status_code == 200

@@ -28,6 +28,7 @@ EVERY_FAMILY = {
     "docs/benchmarks.md": "measurements side by side across families, with their commands",
     "docs/benchmarks/": "the benchmark runs' raw results",
     "docs/reliability.md": "what every family answers at the edges of input (a measured table)",
+    "docs/api.md": "the field x family matrix, generated from the descriptors (tritontts.deploy.family_table)",
     "tests/contract/test_family_footprint.py": "this list",
 }
 
@@ -58,7 +59,6 @@ DEFAULT = {
     "tritontts/benchmark/perf.py": "perf_analyzer's example model",
     "tritontts/testing/bad_requests.py": "the bad-request table's default model",
     "build/README.md": "what needs no build step",
-    "docs/api.md": "the API's examples",
     "docs/architecture.md": "the request path drawn for the default voice",
     "docs/gpu.md": "the default voice's stages on a GPU",
     "docs/families/cosyvoice3.md": "compared with the default voice's streaming",

@@ -5,7 +5,7 @@ stream: the audio is sent in chunks as the VAE decodes the finished latents."""
 from __future__ import annotations
 
 
-from ...family import Capabilities, Family, Variant, lazy, synthetic_reference
+from ...family import Capabilities, DocumentedRequest, Family, Variant, lazy, quick_start, synthetic_reference
 from .request import FIELDS, parse_auk_params
 
 
@@ -13,8 +13,15 @@ def _clip() -> dict:
     return {"ref_audio": synthetic_reference()["ref_audio"]}
 
 
+# vLLM-Omni's documented requests (examples/online_serving/text_to_speech/README.md).
+DOCUMENTED = quick_start() + (
+    DocumentedRequest("vLLM-Omni's reading: input alone is the whole instruction",
+                      {"input": "A dog barks twice, then a door closes."}),
+)
+
 FAMILY = Family(
     name="auk",
+    documented_requests=DOCUMENTED,
     description="AuK / AuK-Flash: Qwen2.5-Omni thinker (vLLM prefill, all layers fused) conditions a "
                 "rectified-flow MMDiT over 64-d VAE latents -> BigVGAN-flow decoder, 24 kHz; instruction-driven",
     stages=("auk_prompt", "auk_encoder", "auk_dit", "auk_vae"),

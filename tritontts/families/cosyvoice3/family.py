@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from ...family import Capabilities, Family, lazy
+from ...family import Capabilities, DocumentedRequest, Family, REF_AUDIO, REF_TEXT, lazy, quick_start
 from .request import FIELDS, parse_cosyvoice3_params
 
 
@@ -23,8 +23,20 @@ def _example_params() -> dict:
             "ref_text": "This is the reference voice."}
 
 
+# vLLM-Omni's documented requests (examples/online_serving/text_to_speech/README.md).
+DOCUMENTED = quick_start(400, "ref_audio") + (
+    DocumentedRequest("cosyvoice3/speech_client.py --text (it sends its default zero-shot prompt)",
+                      {"input": "收到好友从远方寄来的生日礼物。", "ref_audio": REF_AUDIO, "ref_text": REF_TEXT}),
+    DocumentedRequest("cosyvoice3/speech_client.py --ref-audio --ref-text",
+                      {"input": "Hello, this is a cloned voice.", "ref_audio": REF_AUDIO, "ref_text": REF_TEXT}),
+    DocumentedRequest("cosyvoice3/speech_client.py --stream --output output.pcm",
+                      {"input": "Hello world", "ref_audio": REF_AUDIO, "ref_text": REF_TEXT, "stream": True,
+                       "stream_format": "audio", "response_format": "pcm"}, "stream"),
+)
+
 FAMILY = Family(
     name="cosyvoice3",
+    documented_requests=DOCUMENTED,
     description="Fun-CosyVoice3: vLLM talker -> flow matching DiT -> CausalHiFT; clones "
                 "the voice of ref_audio",
     stages=("cosyvoice3_prompt", "cosyvoice3_talker", "cosyvoice3_flow", "cosyvoice3_hift"),

@@ -3,12 +3,25 @@ and its transcript; 44.1 kHz, streamed in chunks (4 frames first, then 25)."""
 from __future__ import annotations
 
 
-from ...family import Capabilities, Family, lazy, synthetic_reference
+from ...family import (
+    Capabilities, DocumentedRequest, Family, REF_AUDIO, REF_TEXT, lazy, quick_start, synthetic_reference)
 from .request import FIELDS, parse_fish_s2_pro_params
 
 
+# vLLM-Omni's documented requests (examples/online_serving/text_to_speech/README.md).
+DOCUMENTED = quick_start() + (
+    DocumentedRequest("fish_speech voice cloning (curl)",
+                      {"input": "Hello, this is a cloned voice.", "voice": "default", "ref_audio": REF_AUDIO,
+                       "ref_text": REF_TEXT}),
+    DocumentedRequest("fish_speech/speech_client.py --text", {"input": "Hello, how are you?"}),
+    DocumentedRequest("fish_speech/speech_client.py --stream --output output.pcm",
+                      {"input": "Hello world", "stream": True, "stream_format": "audio", "response_format": "pcm"},
+                      "stream"),
+)
+
 FAMILY = Family(
     name="fish_s2_pro",
+    documented_requests=DOCUMENTED,
     description="Fish Speech S2 Pro: dual-AR talker on vLLM (slow AR, fast AR over 10 codebooks in "
                 "every step) -> the causal DAC codec, 44.1 kHz; its own voice or ref_audio's",
     stages=("fish_s2_pro_prompt", "fish_s2_pro_talker", "fish_s2_pro_codec"),

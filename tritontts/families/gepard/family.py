@@ -3,12 +3,16 @@ frames per second, streamed in exact chunks (10 frames first, then 86)."""
 from __future__ import annotations
 
 
-from ...family import Capabilities, Family, lazy
+from ...family import Capabilities, Family, lazy, quick_start
 from .request import FIELDS, parse_gepard_params
 
 
+# vLLM-Omni's documented requests (examples/online_serving/text_to_speech/README.md).
+DOCUMENTED = quick_start()
+
 FAMILY = Family(
     name="gepard",
+    documented_requests=DOCUMENTED,
     description="Gepard-1.0: Qwen3.5 (Gated-DeltaNet hybrid) talker on vLLM drawing 32 FSQ codes and a "
                 "stop verdict per step -> NVIDIA NanoCodec, 22.05 kHz; its default voice",
     stages=("gepard_prompt", "gepard_talker", "gepard_codec"),

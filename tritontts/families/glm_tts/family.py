@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 
-from ...family import Capabilities, Family, lazy, synthetic_reference
+from ...family import (
+    Capabilities, DocumentedRequest, Family, REF_AUDIO, REF_TEXT, lazy, quick_start, synthetic_reference)
 from .request import FIELDS, parse_glm_tts_params
 
 
+# vLLM-Omni's documented requests (examples/online_serving/text_to_speech/README.md).
+DOCUMENTED = quick_start(400, "ref_audio") + (
+    DocumentedRequest("glm_tts/openai_speech_client.py --ref-audio --ref-text",
+                      {"input": "你好，这是语音克隆测试。", "ref_audio": REF_AUDIO, "ref_text": REF_TEXT}),
+    DocumentedRequest("glm_tts/openai_speech_client.py --response-format mp3",
+                      {"input": "Hello, this is a voice cloning test.", "ref_audio": REF_AUDIO, "ref_text": REF_TEXT,
+                       "response_format": "mp3"}),
+)
+
 FAMILY = Family(
     name="glm_tts",
+    documented_requests=DOCUMENTED,
     description="GLM-TTS: Llama talker on vLLM -> flow-matching DiT -> HiFT; clones the "
                 "voice of ref_audio",
     stages=("glm_tts_prompt", "glm_tts_talker", "glm_tts_flow", "glm_tts_vocoder"),

@@ -4,12 +4,41 @@ reference with its transcript; 24 kHz, 25 frames per second."""
 from __future__ import annotations
 
 
-from ...family import Capabilities, Family, Variant, lazy, synthetic_reference
+from ...family import (
+    Capabilities, DocumentedRequest, Family, REF_AUDIO, REF_TEXT, Variant, lazy, quick_start, synthetic_reference)
 from .request import FIELDS, parse_higgs_audio_v2_params
 
 
+# vLLM-Omni's documented requests (examples/online_serving/text_to_speech/README.md).
+DOCUMENTED = quick_start() + (
+    DocumentedRequest("higgs_audio_v2/batch_speech_client.py --prompts", {"input": "Hello world."}),
+    DocumentedRequest("higgs_audio_v2/batch_speech_client.py --prompts",
+                      {"input": "The quick brown fox jumps over the lazy dog."}),
+    DocumentedRequest("higgs_audio_v2/batch_speech_client.py --ref-audio --ref-text",
+                      {"input": "Hello, this is a cloned voice.", "ref_audio": REF_AUDIO, "ref_text": REF_TEXT}),
+    # Out of scope, "rejected with explicit 4xx":
+    DocumentedRequest("rejected: [SPEAKERn] tags", {"input": "[SPEAKER0] Hello. [SPEAKER1] Hi."},
+                      status=400, says="[SPEAKER0]"),
+    DocumentedRequest("rejected: profile: speaker descriptions", {"input": "Hi.", "voice": "profile:male_en"},
+                      status=400, says="profile:"),
+    DocumentedRequest("rejected: ref_audio_in_system_message",
+                      {"input": "Hi.", "ref_audio": REF_AUDIO, "ref_text": REF_TEXT,
+                       "ref_audio_in_system_message": True}, status=400, says="system-message"),
+    DocumentedRequest("rejected: instructions", {"input": "Hi.", "instructions": "Softly."},
+                      status=400, says="instructions"),
+    DocumentedRequest("rejected: task_type", {"input": "Hi.", "task_type": "Base"}, status=400, says="task_type"),
+    DocumentedRequest("rejected: language", {"input": "Hi.", "language": "French"}, status=400, says="language"),
+    DocumentedRequest("rejected: x_vector_only_mode", {"input": "Hi.", "x_vector_only_mode": True},
+                      status=400, says="x_vector_only_mode"),
+    DocumentedRequest("rejected: speaker_embedding", {"input": "Hi.", "speaker_embedding": [0.1, 0.2]},
+                      status=400, says="speaker_embedding"),
+    # vLLM-Omni refuses speed != 1.0; here the front time-stretches it (docs/api.md).
+    DocumentedRequest("speed 1.5 (vLLM-Omni: a 4xx; served here, time-stretched)", {"input": "Hi.", "speed": 1.5}),
+)
+
 FAMILY = Family(
     name="higgs_audio_v2",
+    documented_requests=DOCUMENTED,
     description="higgs-audio v2: vLLM DualFFN Llama talker sampling 8 delayed codebooks per step "
                 "-> higgs-audio v2 codec",
     stages=("higgs_audio_v2_prompt", "higgs_audio_v2_talker", "higgs_audio_v2_decoder"),

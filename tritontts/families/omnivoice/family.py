@@ -4,12 +4,20 @@ design from attributes in `instructions`, cloning from a reference with its tran
 from __future__ import annotations
 
 
-from ...family import Capabilities, Family, Variant, lazy, synthetic_reference
+from ...family import Capabilities, DocumentedRequest, Family, Variant, lazy, quick_start, synthetic_reference
 from .request import FIELDS, parse_omnivoice_params
 
 
+# vLLM-Omni's documented requests (examples/online_serving/text_to_speech/README.md).
+DOCUMENTED = quick_start() + (
+    DocumentedRequest("omnivoice/speech_client.py --text", {"input": "Hello, how are you?"}),
+    DocumentedRequest("omnivoice/speech_client.py --language French",
+                      {"input": "Bonjour, comment allez-vous?", "language": "French"}),
+)
+
 FAMILY = Family(
     name="omnivoice",
+    documented_requests=DOCUMENTED,
     description="OmniVoice: bidirectional Qwen3 filling 8 codebooks in 32 unmasking steps "
                 "-> higgs-audio v2 codec",
     stages=("omnivoice_prompt", "omnivoice_generator", "omnivoice_decoder"),

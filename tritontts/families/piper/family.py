@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...weights.checkpoint import CheckpointError
-from ...family import Capabilities, Family
+from ...family import Capabilities, Family, quick_start
 from .request import FIELDS, parse_piper_params
 
 VOICES_ENV = "TRITONTTS_PIPER_VOICES"
@@ -22,8 +22,12 @@ def _voice_table(path: Path | None):
         raise CheckpointError(str(exc)) from None
 
 
+# vLLM-Omni's documented requests (examples/online_serving/text_to_speech/README.md).
+DOCUMENTED = quick_start()
+
 FAMILY = Family(
     name="piper",
+    documented_requests=DOCUMENTED,
     description="Piper VITS voices (ONNX Runtime); the default voice is en_US-joe-medium",
     stages=("piper_text", "piper_vits"),
     parse_params=parse_piper_params,

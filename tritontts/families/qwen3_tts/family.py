@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...family import Capabilities, Family, Variant, lazy, synthetic_reference
+from ...family import (
+    Capabilities, DocumentedRequest, Family, REF_AUDIO, REF_TEXT, Variant, lazy, quick_start, synthetic_reference)
 from .request import FIELDS, parse_qwen3_tts_params
 
 
@@ -16,8 +17,29 @@ def _voices(path: Path | None) -> list[str]:
     return ["default", *FAMILY.open_checkpoint(path).speakers]
 
 
+# vLLM-Omni's documented requests (examples/online_serving/text_to_speech/README.md).
+DOCUMENTED = quick_start() + (
+    DocumentedRequest("speech API quick start (curl)", {"input": "Hello, how are you?", "voice": "vivian",
+                                                        "language": "English"}),
+    DocumentedRequest("qwen3_tts/openai_speech_client.py --voice ryan --instructions",
+                      {"model": "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice", "input": "今天天气真好", "voice": "ryan",
+                       "instructions": "用开心的语气说"}),
+    DocumentedRequest("streaming PCM (curl)", {"input": "Hello, how are you?", "voice": "vivian", "language": "English",
+                                               "stream": True, "stream_format": "audio", "response_format": "pcm"},
+                      "stream"),
+    DocumentedRequest("qwen3_tts/openai_speech_client.py --task-type VoiceDesign",
+                      {"model": "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign", "task_type": "VoiceDesign",
+                       "input": "哥哥，你回来啦", "instructions": "体现撒娇稚嫩的萝莉女声，音调偏高"},
+                      variant="voice_design"),
+    DocumentedRequest("qwen3_tts/openai_speech_client.py --task-type Base --ref-audio --ref-text",
+                      {"model": "Qwen/Qwen3-TTS-12Hz-1.7B-Base", "task_type": "Base",
+                       "input": "Hello, this is a cloned voice", "ref_audio": REF_AUDIO, "ref_text": REF_TEXT},
+                      variant="base"),
+)
+
 FAMILY = Family(
     name="qwen3_tts",
+    documented_requests=DOCUMENTED,
     description="Qwen3-TTS 12 Hz: vLLM talker with its code predictor in every step -> Code2Wav",
     stages=("qwen3_tts_prompt", "qwen3_tts_talker", "qwen3_tts_code2wav"),
     parse_params=parse_qwen3_tts_params,

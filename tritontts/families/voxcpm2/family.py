@@ -3,12 +3,20 @@ its transcript, also continued from it); 48 kHz, streamed patch by patch."""
 from __future__ import annotations
 
 
-from ...family import Capabilities, Family, lazy, synthetic_reference
+from ...family import Capabilities, DocumentedRequest, Family, REF_AUDIO, lazy, quick_start, synthetic_reference
 from .request import FIELDS, parse_voxcpm2_params
 
 
+# vLLM-Omni's documented requests (examples/online_serving/text_to_speech/README.md).
+DOCUMENTED = quick_start() + (
+    DocumentedRequest("voxcpm2/openai_speech_client.py --text", {"input": "Hello, this is VoxCPM2."}),
+    DocumentedRequest("voxcpm2/openai_speech_client.py --ref-audio (no transcript)",
+                      {"input": "This should sound like the reference speaker.", "ref_audio": REF_AUDIO}),
+)
+
 FAMILY = Family(
     name="voxcpm2",
+    documented_requests=DOCUMENTED,
     description="VoxCPM2: MiniCPM4 talker on vLLM with its local DiT in every step -> causal "
                 "AudioVAE, 48 kHz; its own voice or ref_audio's",
     stages=("voxcpm2_prompt", "voxcpm2_talker", "voxcpm2_audio_vae"),

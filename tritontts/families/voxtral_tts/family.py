@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...family import Capabilities, Family, lazy
+from ...family import Capabilities, Family, lazy, quick_start
 from .request import FIELDS, parse_voxtral_tts_params
 
 
@@ -12,8 +12,12 @@ def _voices(path: Path | None) -> list[str]:
     return ["default"] if path is None else ["default", *FAMILY.open_checkpoint(path).config.voices]
 
 
+# vLLM-Omni's documented requests (examples/online_serving/text_to_speech/README.md).
+DOCUMENTED = quick_start()
+
 FAMILY = Family(
     name="voxtral_tts",
+    documented_requests=DOCUMENTED,
     description="Voxtral TTS: Ministral talker on vLLM with its flow-matching acoustic transformer "
                 "in every step -> the Voxtral codec; preset voices",
     stages=("voxtral_tts_prompt", "voxtral_tts_talker", "voxtral_tts_codec"),
