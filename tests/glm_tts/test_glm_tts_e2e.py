@@ -85,6 +85,33 @@ def test_a_seeded_stream_equals_the_stages_run_in_process_chunk_by_chunk(stack, 
     assert rms(whole_got) > 1e-3 and diff <= 1e-4 * max(peak, 1e-6)
 
 
+def test_non_streaming_mode_is_the_whole_utterance_synthesis_per_segment(stack, http, random_checkpoints):
+    """non_streaming_mode true (vLLM-Omni's --no-async-chunk): each segment's tokens all at
+    once, one full-attention flow run (its mel equals vLLM-Omni's sampler with full attention:
+    test_glm_tts_flow.py::test_whole_utterance_mel_matches_vllm_omni_sampler) and one vocoder
+    pass. Served, it is one chunk per segment equal to the stages run in process; control:
+    the streamed synthesis of the same tokens is not the same audio (block-causal, by design)."""
+    params = {"seed": 11, **REF, "non_streaming_mode": True}
+    chunks, error = stream_model(stack.grpc_url, "glm_tts", TEXT, params=params, timeout=300)
+    assert error is None, error
+    got = [c.as_numpy("audio").reshape(-1) for c in chunks]
+    want = [w for w in in_process_chunks(random_checkpoints["glm_tts"], TEXT, params) if w.size]
+    assert len(got) == 2 and [g.size for g in got] == [w.size for w in want]     # two segments
+    whole_got, whole_want = np.concatenate(got), np.concatenate(want)
+    diff = float(np.abs(whole_got - whole_want).max())
+    peak = float(np.abs(whole_want).max())
+    streamed, _ = stream_model(stack.grpc_url, "glm_tts", TEXT, params={"seed": 11, **REF}, timeout=300)
+    streamed = np.concatenate([c.as_numpy("audio").reshape(-1) for c in streamed])
+    n = min(streamed.size, whole_got.size)
+    relative = float(np.sqrt(np.mean((streamed[:n] - whole_got[:n]) ** 2)) / max(rms(whole_got[:n]), 1e-9))
+    print(f"whole vs in-process: max-abs-diff {diff:.2e} (peak {peak:.3f}); whole vs streamed: relative RMS "
+          f"{relative:.2f}, {whole_got.size} vs {streamed.size} samples")
+    assert rms(whole_got) > 1e-3 and diff <= 1e-4 * max(peak, 1e-6)
+    assert relative > 0.05
+    bad = speak(http, non_streaming_mode="yes")
+    assert bad.status_code == 400 and "non_streaming_mode" in bad.json()["error"]["message"]
+
+
 def test_concurrent_streams_keep_their_own_flow_and_vocoder_state(http):
     alone = {seed: speak(http, seed=seed).content for seed in (21, 22, 23)}
     with ThreadPoolExecutor(3) as pool:

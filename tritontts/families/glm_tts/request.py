@@ -8,6 +8,10 @@ prompt stage and the HTTP front both call parse_glm_tts_params).
   seed                  the talker's sampler and the flow's starting noise
   top_p, top_k, win_size, tau_r   repetition-aware sampling overrides (upstream's defaults
                         0.8, 25, 10, 0.1)
+  non_streaming_mode    true: upstream's whole-utterance synthesis (each segment's tokens
+                        all generated, then one full-attention flow run and one vocoder
+                        pass; vLLM-Omni's --no-async-chunk); false: streamed chunks
+                        (block-causal). Absent: the talker's model.json non_streaming_mode
 
 What the model cannot do is a 400 that says so: instructions, voice design, a language
 (it reads the language from the text) and speed other than 1.
@@ -40,6 +44,10 @@ FIELDS = RequestFields(
         "top_k": "RAS sampling override (upstream 25)",
         "win_size": "RAS window (upstream 10)",
         "tau_r": "RAS repetition threshold (upstream 0.1)",
+        "non_streaming_mode": "true: upstream's whole-utterance synthesis per segment (full-attention flow, "
+                              "one vocoder pass; the audio comes per segment); false: streamed chunks; "
+                              "default: the talker's model.json (false; --stage-setting "
+                              "glm_tts_talker.non_streaming_mode=true is vLLM-Omni's --no-async-chunk)",
     },
     refuses=UNSUPPORTED,
 )
@@ -52,6 +60,7 @@ class GLMTTSParams:
     voice_features: bytes | None
     seed: int | None
     sampling: dict = field(default_factory=dict)
+    whole: bool | None = None            # non_streaming_mode (None: the talker's default)
 
 
 def parse_glm_tts_params(params: dict[str, Any]) -> GLMTTSParams:
@@ -60,5 +69,8 @@ def parse_glm_tts_params(params: dict[str, Any]) -> GLMTTSParams:
     if ref_audio is None and features is None:
         raise InvalidRequest("GLM-TTS clones a voice: send ref_audio (a 3-10 s recording) with "
                              "ref_text (its transcript), or use a voice uploaded with POST /v1/audio/voices")
+    whole = params.get("non_streaming_mode")
+    if whole is not None and not isinstance(whole, bool):
+        raise InvalidRequest(f"non_streaming_mode must be true or false, got {whole!r}")
     return GLMTTSParams(ref_audio, ref_text, features, seed_param(params),
-                        sampling_overrides(params, SAMPLING_KNOBS))
+                        sampling_overrides(params, SAMPLING_KNOBS), whole)

@@ -97,7 +97,9 @@ class GLMTTSPromptStage(Stage):
                 "prompt_text_ids": prompt.text_ids,
                 "prompt_tokens": prompt.speech_tokens, "prompt_mel": prompt.mel,
                 "embedding": prompt.embedding, "seed": start.seed,
-                SAMPLING: sampling.encode(params.sampling), STREAM_ID: start.stream_id}
+                SAMPLING: sampling.encode(params.sampling), STREAM_ID: start.stream_id,
+                # non_streaming_mode: 1 whole utterances, 0 streamed, -1 the talker's default
+                "whole": -1 if params.whole is None else int(params.whole)}
 
     def encode_voice(self, inputs: Inputs) -> bytes:
         params = parse_glm_tts_params(decode_params(inputs.scalar(PARAMS, "")))
@@ -139,6 +141,8 @@ class GLMTTSTalkerStage(VllmTalkerStage):
         prompt_speech = inputs.flat("prompt_tokens").tolist()
         seed = int(inputs.scalar("seed"))
         ras = sampling.apply(RAS_DEFAULTS, sampling.decode(inputs.scalar(SAMPLING, "")))
+        asked = int(inputs.scalar("whole", -1))
+        whole = bool(self.settings.get("non_streaming_mode", False)) if asked < 0 else bool(asked)
         history = History()
         for k, text in enumerate(texts):
             history.prune(prompt_text, prompt_speech, text)
@@ -147,10 +151,12 @@ class GLMTTSTalkerStage(VllmTalkerStage):
             tokens: list[int] = []
             async for tokens, chunk in self.talk(f"{stream_id}-{k}", prompt_ids, len(text),
                                                  seed, ras, inputs.cancelled):
+                if whole and not chunk.last:
+                    continue        # a whole utterance: the segment's tokens in one chunk, at its end
                 yield {"speech_tokens": np.asarray(tokens[:chunk.tokens], np.int32),
-                       "segment": k, "chunk_in_segment": chunk.index,
-                       "look_ahead": chunk.look_ahead, "segment_end": chunk.last,
-                       IS_FINAL: chunk.last and k == len(texts) - 1}
+                       "segment": k, "chunk_in_segment": 0 if whole else chunk.index,
+                       "look_ahead": 0 if whole else chunk.look_ahead, "segment_end": chunk.last,
+                       "whole": whole, IS_FINAL: chunk.last and k == len(texts) - 1}
             history.add(text, tokens)
 
     async def talk(self, request_id: str, prompt_ids: list[int], text_tokens: int, seed: int,
@@ -208,7 +214,7 @@ class GLMTTSFlowStage(Stage):
                               inputs["prompt_mel"], inputs.flat("embedding"),
                               int(inputs.scalar("seed")) + int(inputs.scalar("segment")),
                               self.caches.get(stream), 0 if last else int(inputs.scalar("look_ahead")),
-                              last)
+                              last, bool(inputs.scalar("whole", False)))
         if last:
             self.caches.pop(stream)
         else:
@@ -218,10 +224,11 @@ class GLMTTSFlowStage(Stage):
     @torch.inference_mode()
     def mel(self, tokens: np.ndarray, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
             embedding: np.ndarray, seed: int, cache: FlowCache | None, look_ahead: int,
-            last: bool = False) -> tuple[np.ndarray, FlowCache | None]:
+            last: bool = False, whole: bool = False) -> tuple[np.ndarray, FlowCache | None]:
         """[frames, 80] for all tokens so far, and the trajectory the next chunk reuses: the
         prompt's frames and this chunk's, less the look-ahead's, plus one (upstream's
-        override length)."""
+        override length). `whole`: the segment's tokens at once, full attention (upstream's
+        non-streaming synthesis)."""
         flow = self.flow
         frames = flow.frames_for(prompt_tokens.size + tokens.size)
         prompt_frames = min(prompt_mel.shape[0], frames)
@@ -234,7 +241,7 @@ class GLMTTSFlowStage(Stage):
         mel, next_cache = flow.inference(
             tensor(tokens, np.int64), tensor(prompt_tokens, np.int64), tensor(prompt_mel, np.float32),
             tensor(embedding, np.float32), frame_noise(seed, frames).to(self.device),
-            [int(prompt_tokens.size), *BLOCK_SIZES], cache, keep)
+            None if whole else [int(prompt_tokens.size), *BLOCK_SIZES], cache, keep)
         return mel[0].float().cpu().numpy(), next_cache
 
 
