@@ -286,12 +286,6 @@ class SpeechService:
         received = time.perf_counter()
         served = self.resolve_model(req.model)
         family = served.family
-        instruction_only = family.capabilities.instruction_only and bool((req.instructions or "").strip())
-        try:
-            if not (instruction_only and not req.input.strip()):
-                check_text(req.input)
-        except InvalidRequest as exc:
-            raise SpeechError(400, str(exc), param="input") from None
         limit = family.capabilities.max_instructions_chars
         if req.instructions is not None and len(req.instructions) > limit:
             raise SpeechError(400, f"instructions are {len(req.instructions)} characters; {served.name} takes at "
@@ -311,6 +305,14 @@ class SpeechService:
                 raise SpeechError(400, f"{name} is not supported by {served.name} ({family.description}); "
                                   f"it takes: {', '.join(sorted(set(fields.takes) - {VOICE_FEATURES})) or 'none'}",
                                   param=name)
+        # The text after the fields: an instruction-only request to a family without
+        # instructions is told about instructions, not that its input is empty.
+        instruction_only = family.capabilities.instruction_only and bool((req.instructions or "").strip())
+        try:
+            if not (instruction_only and not req.input.strip()):
+                check_text(req.input)
+        except InvalidRequest as exc:
+            raise SpeechError(400, str(exc), param="input") from None
         if VOICE_FEATURES in params:
             raise SpeechError(400, "voice_features are sent by the front for an uploaded voice; "
                               "name the voice in `voice` instead", param=VOICE_FEATURES)

@@ -380,6 +380,7 @@ def scripted_talker(steps: dict[str, list[list[int]]], first_hop=2, max_hop=4, s
     talker = object.__new__(CosyVoice3TalkerStage)   # no engine, no checkpoint
     talker.vocab = TalkerVocab(speech_offset=100)
     talker.sampling = {"top_p": 0.8, "top_k": 25, "win_size": 10, "tau_r": 0.1}
+    talker.settings = {"sampling_method": "ras"}   # the talker's model.json default
     talker.max_model_len = 4096
     talker.schedule = HopSchedule(first_hop, max_hop, scale, lookahead)
     talker.calls = []

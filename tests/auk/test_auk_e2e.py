@@ -148,7 +148,8 @@ def test_concurrent_requests_equal_their_solo_runs(http):
     ({"input": "Hi.", "extra_params": {"duration_seconds": 45}}, "duration_seconds must be between"),
     ({"input": "Hi.", "ref_text": "hello"}, "ref_text"),
     ({"input": "Hi.", "voice": "nobody"}, "unknown voice"),
-    ({"input": "Hi.", "instructions": "Add rain.", "ref_audio": clip_wav(0.5)[1]}, "leave input empty"),
+    ({"input": "Hi.", "instructions": "Add rain.", "ref_audio": clip_wav(0.5)[1], "input_mode": "speech"},
+     "leave input empty"),
 ])
 def test_bad_requests_are_a_400_that_says_what_to_fix(http, body, needle):
     r = http.post("/v1/audio/speech", json={"model": "auk", "voice": "default", **body})

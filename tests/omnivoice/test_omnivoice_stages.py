@@ -50,6 +50,18 @@ def test_later_segments_of_an_automatic_voice_hold_the_first_segments_place(prom
     assert (place == mask).all() and second["ids"].shape[0] == start + first["frames"] + second["frames"]
 
 
+def test_speed_divides_every_segments_frames_and_the_pads_once(prompt):
+    """A later segment paced like the first is paced like the first at speed 1, then
+    divided: the speed is not compounded (it was: speed 0.5 made segment 2 four times as
+    long). The pads and fades shrink with the speed too."""
+    plain = [item["frames"] for item in prompt.plan(TWO, parse_omnivoice_params({}), 1)]
+    for speed in (0.5, 2.0):
+        sped = [item["frames"] for item in prompt.plan(TWO, parse_omnivoice_params({"speed": speed}), 1)]
+        assert all(abs(f * speed - p) <= speed for f, p in zip(sped, plain)), (speed, plain, sped)
+    audio = np.ones(24000, np.float32)
+    assert stages.shape_output(audio, 0.0, 2.0).size == 24000 + 2 * int(stages.PAD_SECONDS / 2 * 24000)
+
+
 def test_a_first_segment_is_answered_before_the_segments_that_clone_it_run(prompt, generator, monkeypatch):
     from tritontts.families.omnivoice import generator as model_code
 

@@ -34,6 +34,7 @@ from ...text import normalize, split_sentences
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .checkpoint import OmniVoiceCheckpoint
 from .family import FAMILY
+from .duration import estimate_frames
 from .prompt import TextTokenizer, build_sequence
 from .request import OmniVoiceParams, parse_omnivoice_params
 from .text import add_punctuation, resolve_instructions
@@ -116,12 +117,17 @@ class OmniVoicePromptStage(StreamingStage):
         ref_codes, ref_text, rms = self.reference(params)
         items = []
         first = None
+        first_frames_1 = estimate_frames(parts[0], None, None)      # the first segment at speed 1
         for index, part in enumerate(parts):
             from_first = ref_codes is None and index > 0
             if from_first:   # the first segment's codes go here (the generator fills them in)
                 placeholder = np.full((cfg.num_audio_codebook, first.frames), cfg.audio_mask_id, np.int64)
+                # paced like the first segment at speed 1, then divided by the speed (paced
+                # like the sped-up segment itself, the speed compounded: speed 0.5 gave the
+                # second segment four times its length; estimate_frames is not linear)
+                frames = max(1, int(estimate_frames(part, parts[0], first_frames_1) / params.speed))
                 seq = build_sequence(self.tokenizer, cfg.num_audio_codebook, cfg.audio_mask_id, part,
-                                     params.language, instructions, parts[0], placeholder, params.speed)
+                                     params.language, instructions, parts[0], placeholder, frames=frames)
             else:
                 seq = build_sequence(self.tokenizer, cfg.num_audio_codebook, cfg.audio_mask_id, part,
                                      params.language, instructions, ref_text, ref_codes, params.speed)
@@ -130,7 +136,7 @@ class OmniVoicePromptStage(StreamingStage):
                 "ids": seq.ids.T.astype(np.int32), "audio_start": seq.audio_start,
                 "frames": seq.frames, "from_first": from_first, "num_steps": params.num_steps,
                 "guidance_scale": params.guidance_scale, "seed": (seed + index) % 2**63,
-                "ref_rms": rms, IS_FINAL: index == len(parts) - 1})
+                "ref_rms": rms, "speed": params.speed, IS_FINAL: index == len(parts) - 1})
         return items
 
     def reference(self, params: OmniVoiceParams) -> tuple[np.ndarray | None, str | None, float]:
@@ -263,10 +269,13 @@ class OmniVoiceDecoderStage(Stage):
     def run(self, inputs: Inputs) -> dict[str, Any]:
         codes = torch.from_numpy(np.array(inputs["codes"], np.int64)).T[None].to(self.device)
         audio = self.runner(codes)[0][0].float().cpu().numpy()
-        return {AUDIO: shape_output(audio, float(inputs.scalar("ref_rms"))), SAMPLE_RATE: SAMPLE_RATE_HZ}
+        return {AUDIO: shape_output(audio, float(inputs.scalar("ref_rms")), float(inputs.scalar("speed"))),
+                SAMPLE_RATE: SAMPLE_RATE_HZ}
 
 
-def shape_output(audio: np.ndarray, ref_rms: float) -> np.ndarray:
+def shape_output(audio: np.ndarray, ref_rms: float, speed: float = 1.0) -> np.ndarray:
+    """Loudness as upstream's post-processing sets it, fades and silence each side (their
+    length / speed, so a sped request lasts its speed-1 length / speed, pads included)."""
     if 0 < ref_rms < REFERENCE_RMS:
         audio = audio * (ref_rms / REFERENCE_RMS)
     elif ref_rms <= 0:
@@ -274,10 +283,10 @@ def shape_output(audio: np.ndarray, ref_rms: float) -> np.ndarray:
         if peak > 1e-6:
             audio = audio * (PEAK / peak)
     audio = np.clip(audio, -1.0, 1.0).astype(np.float32)
-    fade = min(int(FADE_SECONDS * SAMPLE_RATE_HZ), audio.size // 2)
+    fade = min(int(FADE_SECONDS / speed * SAMPLE_RATE_HZ), audio.size // 2)
     if fade > 0:
         ramp = np.linspace(0, 1, fade, dtype=np.float32)
         audio[:fade] *= ramp
         audio[-fade:] *= ramp[::-1]
-    pad = np.zeros(int(PAD_SECONDS * SAMPLE_RATE_HZ), np.float32)
+    pad = np.zeros(int(PAD_SECONDS / speed * SAMPLE_RATE_HZ), np.float32)
     return np.concatenate([pad, audio, pad])

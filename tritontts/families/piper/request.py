@@ -12,7 +12,7 @@ from ...protocol import RequestFields, number_param, seed_param
 
 FIELDS = RequestFields(
     takes={
-        "speed": "0.25-4: speaking rate (divides the voice's length scale)",
+        "speed": "0.25-4: speaking rate (every phoneme of the speed-1 alignment lasts 1/speed as long)",
         "noise_scale": "0-2: phoneme noise (default: the voice's own)",
         "noise_w_scale": "0-2: duration noise (default: the voice's own)",
         "seed": "the noise of the chunk's synthesis (reproducible under any load)",
@@ -39,7 +39,8 @@ def parse_piper_params(params: dict[str, Any]) -> PiperParams:
 
 
 def scales_for(params: PiperParams, voice_config) -> tuple[float, float, float]:
-    """(noise_scale, length_scale, noise_w_scale) as the VITS graph's `scales` input wants."""
+    """(noise_scale, length_scale, noise_w_scale) as the VITS graph's `scales` input wants:
+    the voice's length scale; speed rescales the alignment after it (vits.make_speed_exact)."""
     noise = voice_config.noise_scale if params.noise_scale is None else params.noise_scale
     noise_w = voice_config.noise_w_scale if params.noise_w_scale is None else params.noise_w_scale
     return noise, voice_config.length_scale / params.speed, noise_w

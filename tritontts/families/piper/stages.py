@@ -35,7 +35,7 @@ class PiperTextStage(StreamingStage):
         spec = self.voices.resolve(start.voice)
         scales = scales_for(start.params, spec.config)
         for ids in self.phonemizers[id(spec.config)].sentence_phoneme_ids(start.text):
-            yield {"phoneme_ids": ids, "scales": scales, "seed": start.seed,
+            yield {"phoneme_ids": ids, "scales": scales, "speed": start.params.speed, "seed": start.seed,
                    "voice": spec.name, STREAM_ID: start.stream_id}
 
 
@@ -61,5 +61,5 @@ class PiperVitsStage(Stage):
         # its threads may also spin.
         audio = vits.synthesize(inputs.flat("phoneme_ids"), inputs.flat("scales"), seed,
                                 spec.speaker_id, first_chunk=index == 0,
-                                alone=scheduling.alone())
+                                alone=scheduling.alone(), speed=float(inputs.scalar("speed")))
         return {AUDIO: audio, SAMPLE_RATE: vits.sample_rate}

@@ -5,6 +5,13 @@ the session: the same request gives different audio each time and a seed cannot 
 request. At load we rewrite each RandomNormalLike(x) into "noise input tiled to x's shape",
 and feed noise drawn from the request's seed, so synthesis is reproducible per request and
 independent of what else the instance ran before.
+
+Speed: piper-tts divides the length scale, and the graph rounds every phoneme's duration
+up to a frame (Ceil), so the one-frame blanks between phonemes neither shrink nor grow:
+speed 2 measured 1.25x the expected duration, speed 0.5 0.87x (tests/piper/test_piper_speed.py).
+We divide the length scale too (the voice's own slow and fast speech), then rescale those
+frames so the whole lasts the speed-1 duration / speed, to a frame (make_speed_exact). At
+speed 1 the integers pass through unchanged.
 """
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 NOISE_INPUT = "tritontts_noise_{}"
+SPEED_INPUT = "tritontts_speed"
 # Noise drawn per chunk, sized to the sentence: enough for 8 latent frames (192 channels)
 # per phoneme at length scale 1 (speech takes ~4), at most NOISE_LEN (> 20 s of frames).
 # A longer tensor tiles it. Drawing a fixed 2 x 2**19 took ~15 ms, 8 % of a short sentence.
@@ -59,6 +67,56 @@ def make_seedable(model: onnx.ModelProto) -> int:
     return count
 
 
+def make_speed_exact(model: onnx.ModelProto) -> None:
+    """After the graph's one Ceil (frames per phoneme at length scale / speed), a speed input
+    and a rescaling to the target, the speed-1 frames (the Ceil of the durations x speed) /
+    speed: every phoneme keeps one frame (unless the target is below one a phoneme, then all
+    shrink alike) and the frames above one share what is left; cumulatively rounded
+    (round(inclusive sum) - round(exclusive sum)), so the total is the target to a frame."""
+    graph = model.graph
+    ceils = [n for n in graph.node if n.op_type == "Ceil"]
+    if len(ceils) != 1:
+        raise ValueError(f"a Piper VITS graph has one Ceil (its phoneme durations); this one has {len(ceils)}")
+    durations, frames = ceils[0].input[0], ceils[0].output[0]
+    graph.input.append(helper.make_tensor_value_info(SPEED_INPUT, TensorProto.FLOAT, [1]))
+    graph.initializer.extend([helper.make_tensor("tritontts_last_axis", TensorProto.INT64, [], [-1]),
+                              helper.make_tensor("tritontts_one_f", TensorProto.FLOAT, [], [1.0]),
+                              helper.make_tensor("tritontts_zero_f", TensorProto.FLOAT, [], [0.0])])
+    p = "tritontts_speed_"
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name == frames:
+                node.input[i] = p + "frames"
+    at = list(graph.node).index(ceils[0]) + 1
+    for k, node in enumerate([
+            helper.make_node("Mul", [durations, SPEED_INPUT], [p + "durations_1"]),
+            helper.make_node("Ceil", [p + "durations_1"], [p + "frames_1"]),
+            helper.make_node("ReduceSum", [p + "frames_1"], [p + "total_1"], keepdims=0),
+            helper.make_node("Div", [p + "total_1", SPEED_INPUT], [p + "target"]),
+            # every phoneme keeps a frame (while the target allows: else the frames shrink
+            # alike); the frames above it take the residual
+            helper.make_node("Min", [frames, "tritontts_one_f"], [p + "base"]),
+            helper.make_node("Sub", [frames, p + "base"], [p + "extra"]),
+            helper.make_node("ReduceSum", [p + "base"], [p + "base_total"], keepdims=0),
+            helper.make_node("ReduceSum", [p + "extra"], [p + "extra_total"], keepdims=0),
+            helper.make_node("Max", [p + "base_total", "tritontts_one_f"], [p + "base_total_1"]),
+            helper.make_node("Div", [p + "target", p + "base_total_1"], [p + "base_share0"]),
+            helper.make_node("Min", [p + "base_share0", "tritontts_one_f"], [p + "base_share"]),
+            helper.make_node("Sub", [p + "target", p + "base_total"], [p + "extra_target"]),
+            helper.make_node("Max", [p + "extra_total", "tritontts_one_f"], [p + "extra_total_1"]),
+            helper.make_node("Div", [p + "extra_target", p + "extra_total_1"], [p + "extra_share0"]),
+            helper.make_node("Max", [p + "extra_share0", "tritontts_zero_f"], [p + "extra_share"]),
+            helper.make_node("Mul", [p + "base", p + "base_share"], [p + "base_scaled"]),
+            helper.make_node("Mul", [p + "extra", p + "extra_share"], [p + "extra_scaled"]),
+            helper.make_node("Add", [p + "base_scaled", p + "extra_scaled"], [p + "scaled"]),
+            helper.make_node("CumSum", [p + "scaled", "tritontts_last_axis"], [p + "upto"]),
+            helper.make_node("CumSum", [p + "scaled", "tritontts_last_axis"], [p + "before"], exclusive=1),
+            helper.make_node("Round", [p + "upto"], [p + "upto_r"]),
+            helper.make_node("Round", [p + "before"], [p + "before_r"]),
+            helper.make_node("Sub", [p + "upto_r", p + "before_r"], [p + "frames"])]):
+        graph.node.insert(at + k, node)
+
+
 class PiperVits:
     """One voice's VITS graph in onnxruntime; thread-safe.
 
@@ -75,6 +133,7 @@ class PiperVits:
                  first_chunk_intra_op_threads: int | None = None, device: str = "cpu"):
         model = onnx.load(str(model_path))
         self.noise_inputs = make_seedable(model)
+        make_speed_exact(model)
         graph = model.SerializeToString()
         first = first_chunk_intra_op_threads or intra_op_threads
         self.device = device
@@ -96,19 +155,23 @@ class PiperVits:
         return ort.InferenceSession(graph, options, providers=onnxruntime_providers(device))
 
     def synthesize(self, phoneme_ids, scales, seed, speaker_id: int | None = None,
-                   first_chunk: bool = True, alone: bool = True) -> np.ndarray:
+                   first_chunk: bool = True, alone: bool = True, speed: float = 1.0) -> np.ndarray:
         """Phoneme ids -> float32 mono audio in [-1, 1] (peak-normalized like piper-tts).
 
-        `seed` is anything numpy's default_rng takes (an int, or [request_seed, chunk]).
+        `scales`: (noise, length, noise_w) as the voice's graph takes them; `speed` rescales
+        the alignment they give (make_speed_exact). `seed` is anything numpy's default_rng
+        takes (an int, or [request_seed, chunk]).
         """
         rng = np.random.default_rng(seed)
         feeds = {
             "input": np.asarray(phoneme_ids, dtype=np.int64).reshape(1, -1),
             "input_lengths": np.array([len(phoneme_ids)], dtype=np.int64),
             "scales": np.asarray(scales, dtype=np.float32),
+            SPEED_INPUT: np.array([speed], dtype=np.float32),
         }
         if "sid" in self.input_names:
             feeds["sid"] = np.array([speaker_id or 0], dtype=np.int64)
+        # scales carry length scale / speed: the rescaled frames are the speed-1 frames / speed
         size = noise_length(len(phoneme_ids), float(feeds["scales"][1]))
         for k in range(self.noise_inputs):
             feeds[NOISE_INPUT.format(k)] = rng.standard_normal(size, dtype=np.float32)

@@ -53,8 +53,10 @@ GENERATION_CONFIG = {"do_sample": True, "repetition_penalty": 1.05, "temperature
                      "subtalker_top_p": 1.0, "subtalker_top_k": 50, "max_new_tokens": 8192}
 
 SIZES = {
+    # Tiny is shaped like the 1.7B (a predictor narrower than the talker) and says so: a
+    # CustomVoice tiny checkpoint follows instructions, as the 1.7B does.
     "tiny": dict(
-        model_size="0b6",
+        model_size="1b7",
         talker=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
                     num_key_value_heads=1, head_dim=64, text_hidden_size=64,
                     mrope_section=[16, 8, 8]),
