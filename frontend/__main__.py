@@ -117,6 +117,38 @@ def engine_args_env(given: list[tuple[str, str, object]]) -> dict[str, str]:
     return {ENGINE_ARGS_ENV: json.dumps(grouped)} if grouped else {}
 
 
+def dtype_env(dtype: str, engine_args: list[tuple[str, str, object]], profile: str | None,
+              triton_url) -> dict[str, str]:
+    """tritonserver's environment entry for --dtype, each dtype given (--dtype and every
+    --engine-arg STAGE.dtype) checked against the device first: LaunchError if it cannot run."""
+    from tritontts.engine.engine_dtype import DTYPE_ENV, DtypeError, check_dtype, cpu_bf16_flags
+
+    device = "cuda" if profile == "gpu" else "cpu"
+    given = [("--dtype", dtype)] + [(f"--engine-arg {stage}.dtype", value)
+                                    for stage, key, value in engine_args if key == "dtype"]
+    for option, value in given:
+        try:
+            check_dtype(str(value), device, cpu_bf16_flags())
+        except DtypeError as exc:
+            raise LaunchError(f"{option}={value}: {exc}") from None
+    if dtype == "auto":
+        return {}
+    if triton_url is not None:
+        raise LaunchError("--dtype sets the talkers of the tritonserver this launcher starts; "
+                          "with --triton-url, set it where that server runs")
+    return {DTYPE_ENV: dtype}
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of at least 1, got {value!r}")
+    return number
+
+
 def model_limit(value: str) -> tuple[str, int]:
     name, sep, count = value.partition("=")
     if not sep or not count.isdigit() or int(count) < 1 or family_of(name) is None:
@@ -183,12 +215,26 @@ def build_parser() -> argparse.ArgumentParser:
                              "model also answers to its checkpoint's path, as vLLM does")
     parser.add_argument("--engine-arg", action="append", type=engine_arg, default=[], metavar="STAGE.KEY=VALUE",
                         help="a vLLM stage's engine argument over its 1/model.json (repeatable), e.g. "
-                             "fish_s2_pro_talker.dtype=bfloat16 or voxtral_tts_talker.kv_cache_memory_bytes="
+                             "fish_s2_pro_talker.max_num_seqs=4 or voxtral_tts_talker.kv_cache_memory_bytes="
                              "4294967296")
     parser.add_argument("--stage-setting", action="append", type=stage_setting, default=[],
                         metavar="STAGE.KEY=VALUE",
                         help="a stage's own setting over its 1/model.json (repeatable), e.g. "
                              "cosyvoice3_talker.sampling_method=standard")
+    parser.add_argument("--kv-requests", type=positive_int, default=None, metavar="N",
+                        help="full-length requests (max_model_len positions) each vLLM stage's KV cache "
+                             "holds on the CPU, sized from its checkpoint's config.json (default: 4); a "
+                             "launch that cannot fit them says so before loading, with the numbers")
+    parser.add_argument("--dtype", default="auto", metavar="DTYPE",
+                        help="every vLLM stage's dtype: auto (the checkpoint's own on CUDA and on CPUs with "
+                             "AVX512-BF16 or AMX, else float32), float32, bfloat16, float16 (CUDA only); "
+                             "--engine-arg STAGE.dtype=... wins for one stage (default: %(default)s)")
+    parser.add_argument("--startup-timeout", type=float, default=None, metavar="SECONDS",
+                        help="fail a start that is not ready after SECONDS (default: none: wait while "
+                             "the models load, export or build, fail when one fails or all stall)")
+    parser.add_argument("--startup-stall", type=float, default=300.0, metavar="SECONDS",
+                        help="fail a start when no model changed state and the server's processes "
+                             "used no CPU for SECONDS (default: %(default)s)")
     parser.add_argument("--max-in-flight", type=int, default=64,
                         help="requests served at once; more get 429")
     parser.add_argument("--max-in-flight-per-model", action="append", type=model_limit, default=[],
@@ -355,6 +401,14 @@ def main(argv=None) -> int:
             raise LaunchError("--stage-setting sets the stages of the tritonserver this launcher starts; "
                               "with --triton-url, set them where that server runs")
         env.update(stage_settings_env(args.stage_setting))
+        env.update(dtype_env(args.dtype, args.engine_arg, args.profile, args.triton_url))
+        if args.kv_requests is not None:
+            if args.triton_url is not None:
+                raise LaunchError("--kv-requests sizes the talkers of the tritonserver this launcher starts; "
+                                  "with --triton-url, set it where that server runs")
+            from tritontts.engine.vllm_talker import KV_REQUESTS_ENV
+
+            env[KV_REQUESTS_ENV] = str(args.kv_requests)
     except LaunchError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -392,7 +446,14 @@ def main(argv=None) -> int:
     try:
         if triton is not None:
             print(f"starting tritonserver ({', '.join(models)}) ...", flush=True)
-            triton.start().wait_ready(report=lambda line: print(line, flush=True))
+            try:
+                triton.start().wait_ready(timeout=args.startup_timeout, stall_s=args.startup_stall,
+                                          report=lambda line: print(line, flush=True))
+            except (RuntimeError, TimeoutError) as exc:
+                # The stages' own messages (a model that cannot load, a KV cache that does
+                # not fit, with its numbers) are in tritonserver's log above or in --triton-log.
+                print(f"tritonserver did not start: {exc}", file=sys.stderr, flush=True)
+                return 1
             triton.supervise()          # a tritonserver that dies is brought back
             triton_url = [triton.grpc_url]
         app = create_app(triton_url, models, args.max_in_flight, args.request_timeout,

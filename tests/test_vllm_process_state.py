@@ -94,25 +94,23 @@ def test_servers_started_after_an_in_process_engine_do_not_inherit_its_vllm_vari
     assert env["TRITONTTS_SOME_SETTING"] == "kept"
 
 
-def test_every_talker_asking_more_than_the_tiny_kv_cache_gets_exactly_it():
+def test_tiny_servers_size_every_vllm_stage_for_its_max_num_seqs_full_length_requests():
     from tritontts.families import FAMILIES
     from tritontts.deploy.profiles import engine_settings_path
     from tritontts.deploy.repository import STAGE_REPOSITORY
-    from tritontts.testing.stack import TINY_KV_CACHE_BYTES, tiny_engine_args
+    from tritontts.testing.stack import TINY_KV_REQUESTS, tiny_engine_args
 
-    args = tiny_engine_args(tuple(FAMILIES))
-    flags = list(args[1::2])
-    assert set(args[::2]) == {"--engine-arg"}
-    asked = {}
+    assert tiny_engine_args(tuple(FAMILIES)) == ("--kv-requests", str(TINY_KV_REQUESTS))
+    seqs = {}
     for family in FAMILIES.values():
         for stage in family.stages:
             path = engine_settings_path(STAGE_REPOSITORY / stage)
             if path:
-                asked[stage] = json.loads(path.read_text())["engine_args"].get("kv_cache_memory_bytes", 0)
-    big = sorted(s for s, b in asked.items() if b > TINY_KV_CACHE_BYTES)
-    # The released sizes include 1 GiB (CosyVoice3, Qwen3-TTS, Voxtral TTS): the rule has work.
-    assert {"cosyvoice3_talker", "qwen3_tts_talker", "voxtral_tts_talker"} <= set(big)
-    assert sorted(flags) == [f"{s}.kv_cache_memory_bytes={TINY_KV_CACHE_BYTES}" for s in big]
+                engine_args = json.loads(path.read_text())["engine_args"]
+                seqs[stage] = engine_args["max_num_seqs"]
+                # sized from the checkpoint, not a byte count fitting one size
+                assert "kv_cache_memory_bytes" not in engine_args, stage
+    assert len(seqs) >= 9 and max(seqs.values()) == TINY_KV_REQUESTS
 
 
 def test_the_served_in_process_engine_releases_vllm_state_after_a_refused_start_and_a_shutdown(

@@ -447,3 +447,24 @@ def test_vllm_omnis_documented_requests_give_their_documented_outcome(served, fa
             audio, got = decode(r.content)
             assert got == rate and audio.size > 0 and np.isfinite(audio).all(), doc.source
     assert httpx.get(served.url + "/health").status_code == 200
+
+
+def test_every_vllm_stage_holds_the_full_length_requests_its_kv_cache_was_sized_for(served, family):
+    """The KV cache is sized from the checkpoint's config (tritontts.engine.kv_budget) for
+    TINY_KV_REQUESTS requests of max_model_len positions on a test server; vLLM's own count
+    of what the built cache holds, logged by the engine host, must reach it."""
+    import re
+
+    from tritontts.deploy.profiles import engine_settings_path
+    from tritontts.deploy.repository import STAGE_REPOSITORY
+    from tritontts.testing.stack import TINY_KV_REQUESTS
+
+    stages = [s for s in family.stages if engine_settings_path(STAGE_REPOSITORY / s)]
+    if not stages:
+        pytest.skip("no vLLM stage")
+    log = served.triton_log.read_text()
+    for stage in stages:
+        sized = re.findall(rf"{stage}: KV for (\d+) requests of (\d+) positions", log)
+        held = re.findall(rf"{stage}: the KV cache holds ([\d.]+) requests", log)
+        assert sized and int(sized[-1][0]) == TINY_KV_REQUESTS, (stage, sized)
+        assert held and float(held[-1]) >= TINY_KV_REQUESTS - 0.01, (stage, held)

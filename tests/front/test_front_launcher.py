@@ -203,3 +203,33 @@ def test_a_stage_setting_must_be_a_model_json_setting_of_that_stage_and_reaches_
     monkeypatch.setenv(STAGE_SETTINGS_ENV, env[STAGE_SETTINGS_ENV])
     assert StageContext("cosyvoice3_talker", folder).settings()["sampling_method"] == "standard"
     assert StageContext("other", folder).settings()["sampling_method"] == "ras"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_kv_requests_below_one_or_not_a_number_exits_2_saying_what_it_takes(value, capsys):
+    code, err = launch(["--kv-requests", value], capsys)
+    assert code == 2 and "a whole number of at least 1" in err
+
+
+def test_kv_requests_with_an_outside_tritonserver_exits_2(capsys):
+    code, err = launch(["--triton-url", "localhost:8001", "--kv-requests", "2"], capsys)
+    assert code == 2 and "--kv-requests sizes the talkers" in err
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--dtype", "float16"], "--dtype=float16: float16 does not run on vLLM's CPU backend"),
+    (["--dtype", "int8"], "--dtype=int8: dtype 'int8' is not one of"),
+    (["--engine-arg", "fish_s2_pro_talker.dtype=float16"], "--engine-arg fish_s2_pro_talker.dtype=float16: float16"),
+])
+def test_a_dtype_the_device_cannot_run_exits_2_before_loading(flags, needle, capsys):
+    code, err = launch(flags, capsys)
+    assert code == 2 and needle in err
+
+
+def test_dtype_reaches_tritonserver_only_when_not_auto():
+    from frontend.__main__ import dtype_env
+    from tritontts.engine.engine_dtype import DTYPE_ENV
+
+    assert dtype_env("auto", [], None, None) == {}
+    assert dtype_env("float32", [], None, None) == {DTYPE_ENV: "float32"}
+    assert dtype_env("bfloat16", [], "gpu", None) == {DTYPE_ENV: "bfloat16"}

@@ -124,6 +124,25 @@ READY_POLL_CHANNEL = [("grpc.initial_reconnect_backoff_ms", 250),
 
 
 @dataclass
+class StartProgress:
+    """Whether a start is moving: the last moment a model changed state or the server's
+    processes used CPU beyond idling (at least 1 CPU-second, and 2 % of the time since)."""
+
+    cpu_at_mark: float
+    mark: float
+
+    def moved(self, now: float) -> None:
+        self.mark = now
+
+    def cpu(self, used: float, now: float) -> None:
+        if used - self.cpu_at_mark >= max(1.0, 0.02 * (now - self.mark)):
+            self.cpu_at_mark, self.mark = used, now
+
+    def idle_cpu(self, used: float) -> float:
+        return used - self.cpu_at_mark
+
+
+@dataclass
 class TritonServer:
     """A tritonserver child process with explicit model control."""
 
@@ -166,22 +185,27 @@ class TritonServer:
     def grpc_url(self) -> str:
         return f"localhost:{self.grpc_port}"
 
-    def wait_ready(self, timeout: float = 300.0, report: Callable[[str], None] | None = None) -> None:
-        """Wait until the server and every requested model are ready; fail loudly. `report`
-        gets one line per model whose load state changes (the launcher prints them: a
-        talker takes minutes, and the user should see which stage is loading), and the
-        reason Triton gives for a model that failed to load."""
+    def wait_ready(self, timeout: float | None = None, report: Callable[[str], None] | None = None,
+                   stall_s: float = 300.0) -> None:
+        """Wait until the server and every requested model are ready; fail loudly. No fixed
+        deadline by default: a start waits as long as it makes progress (a model changes
+        state, or the server's processes use CPU: loading weights, an ONNX export, an engine
+        build) and fails when it exits, when a model fails, or when nothing moved for
+        `stall_s`; `timeout` adds a deadline. `report` gets one line per model whose load
+        state changes (the launcher prints them: a talker takes minutes, and the user
+        should see which stage is loading), and the reason Triton gives for a failure."""
         import tritonclient.grpc as grpcclient
 
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
         # Triton opens its gRPC port only once every model has loaded; until then each poll
         # fails to connect, and gRPC's default reconnect backoff (x1.6 per failure, up to
         # 120 s) would notice the ready server up to 20 s late after a minute of loading.
         client = grpcclient.InferenceServerClient(self.grpc_url, channel_args=READY_POLL_CHANNEL)
         states: dict[str, str] = {}
-        started = time.monotonic()
+        progress = StartProgress(self.cpu_seconds(), started)
         try:
-            while time.monotonic() < deadline:
+            while deadline is None or time.monotonic() < deadline:
                 if self._stopping:
                     raise RuntimeError("tritonserver is being stopped")
                 if self.process and self.process.poll() is not None:
@@ -190,17 +214,42 @@ class TritonServer:
                                        + (f" ({'; '.join(failed)})" if failed else "")
                                        + (f"; see {self.log_path}" if self.log_path else ""))
                 try:
-                    if report is not None:
-                        self._report_states(client, states, report, time.monotonic() - started)
+                    before = dict(states)
+                    self._report_states(client, states, report or (lambda line: None),
+                                        time.monotonic() - started)
+                    if states != before:
+                        progress.moved(time.monotonic())
                     if client.is_server_ready() and all(client.is_model_ready(m) for m in self.models):
                         return
                 except Exception:
                     pass
+                now = time.monotonic()
+                progress.cpu(self.cpu_seconds(), now)
+                if now - progress.mark > stall_s:
+                    raise TimeoutError(f"tritonserver's start stalled: for {stall_s:.0f} s no model changed "
+                                       f"state and its processes used {progress.idle_cpu(self.cpu_seconds()):.1f} "
+                                       f"CPU-seconds (after {now - started:.0f} s)"
+                                       + (f"; see {self.log_path}" if self.log_path else ""))
                 time.sleep(0.5)
         finally:
             client.close()
-        raise TimeoutError(f"tritonserver not ready after {timeout:.0f}s"
+        raise TimeoutError(f"tritonserver not ready after {timeout:.0f}s (--startup-timeout)"
                            + (f"; see {self.log_path}" if self.log_path else ""))
+
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by the server and its process group (stubs, engine cores)."""
+        if self.process is None:
+            return 0.0
+        pids = {self.process.pid} | self._group()
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for pid in pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / tick     # utime, stime
+        return total
 
     @staticmethod
     def _report_states(client, states: dict[str, str], report: Callable[[str], None],

@@ -37,6 +37,9 @@ class TalkerCancelled(Exception):
 # {stage: {key: value}}: engine arguments over model.json's (a released checkpoint's KV
 # budget or dtype) without editing the repository.
 ENGINE_ARGS_ENV = "TRITONTTS_ENGINE_ARGS"
+# The launcher's --kv-requests N: full-length requests every vLLM stage's KV cache holds.
+KV_REQUESTS_ENV = "TRITONTTS_KV_REQUESTS"
+from .engine_dtype import DTYPE_ENV  # noqa: E402 - the launcher's --dtype, beside its siblings
 
 
 def engine_arg_overrides(stage: str, environ=None) -> dict[str, Any]:
@@ -87,15 +90,61 @@ class VllmTalkerStage(EngineStage):
     def __init__(self, context: StageContext):
         super().__init__(context)
         self.settings = context.settings("model.json")
-        engine_args = {**self.settings["engine_args"], **engine_arg_overrides(context.name)}
-        # On vLLM's CPU backend gpu_memory_utilization is the share of RAM for weights + KV.
+        overrides = engine_arg_overrides(context.name)
+        engine_args = {**self.settings["engine_args"], **overrides}
         self.max_model_len = int(engine_args["max_model_len"])
         args = {**engine_args, **self.engine_extras()}
+        args["dtype"] = self._dtype(context, overrides.get("dtype") or os.environ.get(DTYPE_ENV)
+                                    or engine_args.get("dtype", "auto"))
+        self.kv_budget = None
+        if not context.device.startswith("cuda") and not {"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(args):
+            # The KV cache from the checkpoint's config (kv_budget); a given byte count or
+            # share (--engine-arg) wins. On a GPU the profile's share of the card sets it.
+            from .kv_budget import DEFAULT_KV_REQUESTS, size_cpu_kv
+
+            requests = int(os.environ.get(KV_REQUESTS_ENV) or DEFAULT_KV_REQUESTS)
+            self.kv_budget = size_cpu_kv(context.name, self.model_path(), args, requests)
+            args["kv_cache_memory_bytes"] = self.kv_budget.bytes
+            logger.info("%s: %s", context.name, self.kv_budget.describe())
         pin_engine_gpu(context.device)
         if self.in_process:
             self.engine = InprocEngine(self.model_path(), args, self.loop)
         else:
             self.engine = self.submit(self._create(self.model_path(), args)).result()
+        self.kv_capacity = self._report_capacity(context.name)
+
+    def _dtype(self, context: StageContext, given: str) -> str:
+        """The engine's dtype (engine_dtype.resolve_dtype: "auto" is the checkpoint's own
+        where the device runs it well), logged with the reason."""
+        from .engine_dtype import cpu_bf16_flags, resolve_dtype
+        from .kv_budget import SizingError, read_config
+
+        try:
+            config, _ = read_config(self.model_path())
+        except SizingError:
+            config = {}
+        own = str(config.get("torch_dtype") or config.get("dtype") or "float32")
+        dtype, why = resolve_dtype(given, own, context.device, cpu_bf16_flags())
+        logger.info("%s: dtype %s (%s)", context.name, dtype, why)
+        return dtype
+
+    def _report_capacity(self, stage: str) -> float | None:
+        """Full-length requests the built engine holds (vLLM's own count), logged; a warning
+        when fewer than the budget was sized for (the checkpoint's config misread)."""
+        from .kv_budget import engine_capacity
+
+        try:
+            capacity = engine_capacity(self.engine.vllm_config)
+        except AttributeError:
+            return None
+        if capacity is None:
+            return None
+        logger.info("%s: the KV cache holds %.2f requests of %d positions", stage, capacity, self.max_model_len)
+        if self.kv_budget is not None and capacity < self.kv_budget.requests - 0.01:
+            logger.warning("%s: sized for %d requests but vLLM fits %.2f: the KV estimate from %s/config.json "
+                           "is short; set --engine-arg %s.kv_cache_memory_bytes", stage, self.kv_budget.requests,
+                           capacity, self.model_path(), stage)
+        return capacity
 
     def model_path(self) -> str:
         raise NotImplementedError
@@ -187,6 +236,7 @@ class InprocEngine:
             from vllm.v1.engine.llm_engine import LLMEngine
 
             engine = LLMEngine.from_engine_args(EngineArgs(model=model, **args))
+            self.vllm_config = engine.vllm_config
         except BaseException as exc:  # noqa: BLE001 - reported to the constructor
             # A build refused late (a KV cache too large for the node) has already set up
             # torch.distributed and vLLM's parallel groups in this process: undo them, so a

@@ -3,7 +3,6 @@
 alive at a time, restarting it only when the families wanted change."""
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -101,30 +100,16 @@ def inspect_talker_models(caches: Path) -> bool:
     return out.returncode == 0
 
 
-# A vLLM stage's KV cache on a server of tiny random checkpoints (--engine-arg over
-# model.json's kv_cache_memory_bytes, which is sized for released checkpoints: up to 1 GiB,
-# seconds to allocate at every start and memory other engines of the run may need). A tiny
-# talker's KV is a few KiB per position, so this holds its max_num_seqs requests of
-# max_model_len positions many times over.
-TINY_KV_CACHE_BYTES = 256 * 2**20
+# A server of tiny random checkpoints sizes every vLLM stage's KV cache (from its config,
+# tritontts.engine.kv_budget) for TINY_KV_REQUESTS full-length requests, the largest
+# max_num_seqs of any stage: vLLM never has to preempt a request, whatever a test sends at
+# once. A tiny talker's KV is a few KiB per position, so that is a few MiB.
+TINY_KV_REQUESTS = 16
 
 
 def tiny_engine_args(families: tuple[str, ...]) -> tuple[str, ...]:
-    """The launcher's --engine-arg flags that give every vLLM stage of `families` whose
-    model.json asks for more than TINY_KV_CACHE_BYTES of KV cache exactly that."""
-    from ..families import FAMILIES
-    from ..deploy.profiles import engine_settings_path
-    from ..deploy.repository import STAGE_REPOSITORY
-
-    args = []
-    for family in families:
-        for stage in FAMILIES[family].stages:
-            path = engine_settings_path(STAGE_REPOSITORY / stage)
-            asked = json.loads(path.read_text())["engine_args"].get("kv_cache_memory_bytes", 0) \
-                if path else 0
-            if asked > TINY_KV_CACHE_BYTES:
-                args += ["--engine-arg", f"{stage}.kv_cache_memory_bytes={TINY_KV_CACHE_BYTES}"]
-    return tuple(args)
+    """The launcher's flags for a server of tiny checkpoints of `families`."""
+    return ("--kv-requests", str(TINY_KV_REQUESTS))
 
 
 def engine_processes(session: int | None = None) -> set[int]:

@@ -124,14 +124,10 @@ class GLMTTSTalkerStage(VllmTalkerStage):
         return str(self.checkpoint.llm_dir)
 
     def engine_extras(self) -> dict[str, Any]:
-        """RAS, token ids in and out, and model.json's dtype "auto" as the weights' own dtype
-        (llm/config.json): vLLM's own "auto" would run fp32 test weights in bf16."""
+        """RAS, token ids in and out (dtype "auto": tritontts.engine.engine_dtype)."""
         from ...engine.vllm_ras import RAS_LOGITS_PROCESSOR
 
-        extras = {"skip_tokenizer_init": True, "logits_processors": [RAS_LOGITS_PROCESSOR]}
-        if self.settings["engine_args"].get("dtype", "auto") == "auto":
-            extras["dtype"] = self.checkpoint.llm_dtype
-        return extras
+        return {"skip_tokenizer_init": True, "logits_processors": [RAS_LOGITS_PROCESSOR]}
 
     async def run(self, inputs: Inputs) -> AsyncIterator[dict[str, Any]]:
         stream_id = int(inputs.scalar(STREAM_ID))

@@ -158,14 +158,6 @@ class HiggsAudioV2TalkerStage(VllmTalkerStage):
     def model_path(self) -> str:
         return str(self.talker_dir)
 
-    def engine_extras(self) -> dict[str, Any]:
-        """model.json's dtype "auto" means the weights' own dtype (bf16 as released, fp32
-        for the tiny test checkpoints). vLLM's own "auto" would run fp32 weights in bf16."""
-        extras = super().engine_extras()
-        if self.settings["engine_args"].get("dtype", "auto") == "auto":
-            extras["dtype"] = self.checkpoint.config.dtype
-        return extras
-
     def sampler(self, seed: int, overrides: dict, history: torch.Tensor):
         from .talker import AudioCodeSampler, AudioSampling
 

@@ -1,0 +1,42 @@
+"""The dtype a vLLM stage runs in (tritontts.engine.engine_dtype): the checkpoint's own where
+the device runs it well, fp32 elsewhere and for fp32 checkpoints; refusals name what to use."""
+import pytest
+
+from tritontts.engine.engine_dtype import DtypeError, check_dtype, cpu_bf16_flags, resolve_dtype
+
+AMX = ["avx512_bf16", "amx_bf16"]
+
+
+def test_cpu_bf16_flags_come_from_the_flags_line_of_cpuinfo():
+    assert cpu_bf16_flags("processor : 0\nflags : fpu sse avx2 avx512f avx512_bf16 amx_tile amx_bf16\n") == AMX
+    assert cpu_bf16_flags("processor : 0\nflags : fpu sse avx2 avx512f\n") == []
+    assert isinstance(cpu_bf16_flags(), list)           # this machine's, whatever it has
+
+
+@pytest.mark.parametrize("checkpoint,device,flags,expected", [
+    ("bfloat16", "cpu", AMX, "bfloat16"),       # released weights, a CPU with bf16 kernels
+    ("bfloat16", "cpu", [], "float32"),         # ... one without them
+    ("torch.bfloat16", "cuda:0", [], "bfloat16"),
+    ("float16", "cuda", [], "float16"),
+    ("float16", "cpu", AMX, "bfloat16"),        # no fp16 on the CPU backend
+    ("float32", "cpu", AMX, "float32"),         # the tiny test checkpoints: parity stays fp32
+    ("float32", "cuda", [], "float32"),
+])
+def test_auto_is_the_checkpoints_own_dtype_where_the_device_runs_it_well(checkpoint, device, flags, expected):
+    dtype, why = resolve_dtype("auto", checkpoint, device, flags)
+    assert dtype == expected and why.startswith("auto")
+
+
+def test_a_given_dtype_wins_and_aliases_are_read():
+    assert resolve_dtype("fp32", "bfloat16", "cuda", []) == ("float32", "as given")
+    assert resolve_dtype("bf16", "float32", "cpu", AMX) == ("bfloat16", "as given")
+
+
+@pytest.mark.parametrize("dtype,flags,needle", [
+    ("float16", AMX, "float16 does not run on vLLM's CPU backend"),
+    ("bfloat16", [], "bfloat16 needs a CPU with AVX512-BF16 or AMX"),
+    ("int4", AMX, "dtype 'int4' is not one of auto, float32, bfloat16, float16"),
+])
+def test_a_dtype_the_cpu_cannot_run_is_refused_saying_what_to_use(dtype, flags, needle):
+    with pytest.raises(DtypeError, match=needle):
+        check_dtype(dtype, "cpu", flags)

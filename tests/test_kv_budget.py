@@ -1,0 +1,91 @@
+"""The KV cache sized from a checkpoint's config (tritontts.engine.kv_budget). vLLM's own count
+of what the sized cache holds is checked on every family's served talker
+(tests/contract: test_every_vllm_stage_holds_the_full_length_requests_its_kv_cache_was_sized_for);
+here the arithmetic, the config fields it reads and the refusals."""
+import json
+
+import pytest
+
+from tritontts.engine.kv_budget import GIB, KvShape, SizingError, size_cpu_kv
+
+# A 3.4 B backbone of 26 layers, 8 KV heads of 128 (the shape of a released 4 B talker)
+RELEASED = {"num_hidden_layers": 26, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+            "hidden_size": 3072, "torch_dtype": "bfloat16"}
+HYBRID = {"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+          "hidden_size": 64, "full_attention_interval": 4, "linear_num_key_heads": 2,
+          "linear_num_value_heads": 4, "linear_key_head_dim": 64, "linear_value_head_dim": 64,
+          "linear_conv_kernel_dim": 4, "torch_dtype": "float32"}
+
+
+def model_dir(tmp_path, config, weights_bytes=0):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    if weights_bytes:
+        with open(tmp_path / "model.safetensors", "wb") as f:
+            f.truncate(weights_bytes)
+    return tmp_path
+
+
+def test_a_full_length_request_costs_layers_x_kv_heads_x_head_dim_x_2_per_position():
+    shape = KvShape.from_config(RELEASED)
+    # 26 x 8 x 128 x 2 x 4 bytes = 208 KiB per position in fp32; 4096 positions: 0.8125 GiB
+    assert shape.request_bytes(4096, 4) == 26 * 8 * 128 * 2 * 4 * 4096
+    assert shape.request_bytes(4096, 4) / GIB == pytest.approx(0.8125)
+    assert shape.request_bytes(4096, 2) * 2 == shape.request_bytes(4096, 4)
+    # whole 128-position blocks: 4097 positions take a 33rd block
+    assert shape.request_bytes(4097, 4) == 26 * 8 * 128 * 2 * 4 * 4096 * 33 // 32
+
+
+def test_missing_kv_heads_and_head_dim_follow_the_attention_heads_and_hidden_size():
+    shape = KvShape.from_config({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 256})
+    assert (shape.kv_heads, shape.head_dim) == (4, 64)
+
+
+def test_a_hybrid_request_takes_its_attention_pages_and_one_page_of_state_per_linear_layer():
+    shape = KvShape.from_config(HYBRID)
+    assert (shape.attention_layers, shape.linear_layers) == (1, 3)
+    # state: 3 x (2x2x64 + 4x64) conv + 4x64x64 recurrent = 17 920 floats = 140 positions
+    # of 512 bytes: the block is raised to 256 positions, a page 128 KiB
+    assert shape.block_tokens(4) == 256
+    assert shape.request_bytes(4096, 4) == (16 + 3) * 256 * 512
+    # the control: without full_attention_interval every layer is read as attention
+    plain = KvShape.from_config({k: v for k, v in HYBRID.items() if k != "full_attention_interval"})
+    assert plain.request_bytes(4096, 4) == 4 * 4096 * 512 and plain.linear_layers == 0
+
+
+def test_layer_types_count_the_attention_layers_and_unknown_types_are_refused():
+    config = {**HYBRID, "layer_types": ["linear_attention", "full_attention"] * 2}
+    config.pop("full_attention_interval")
+    assert KvShape.from_config(config).attention_layers == 2
+    with pytest.raises(SizingError, match=r"layer_types \['sliding_attention'\] cannot be sized"):
+        KvShape.from_config({**config, "layer_types": ["sliding_attention"] * 4})
+
+
+def test_a_config_without_what_sizing_needs_names_the_file_and_the_field(tmp_path):
+    path = model_dir(tmp_path, {"num_attention_heads": 4, "hidden_size": 64})
+    with pytest.raises(SizingError, match=rf"{tmp_path}/config.json: field 'num_hidden_layers' is missing"):
+        size_cpu_kv("x_talker", path, {"dtype": "float32", "max_model_len": 64}, 4, available=GIB)
+    with pytest.raises(SizingError, match=r"config.json: .*No such file"):
+        size_cpu_kv("x_talker", tmp_path / "nowhere", {"max_model_len": 64}, 4, available=GIB)
+
+
+def test_the_budget_is_the_requests_times_a_full_length_request_in_the_engines_dtype(tmp_path):
+    path = model_dir(tmp_path, RELEASED)
+    budget = size_cpu_kv("x_talker", path, {"dtype": "auto", "max_model_len": 4096}, 4, available=64 * GIB)
+    assert budget.element == 2 and budget.bytes == 4 * KvShape.from_config(RELEASED).request_bytes(4096, 2)
+    assert "KV for 4 requests of 4096 positions: 1.62 GiB" in budget.describe()
+    with pytest.raises(SizingError, match="dtype 'int3' is not one of"):
+        size_cpu_kv("x_talker", path, {"dtype": "int3", "max_model_len": 4096}, 4, available=64 * GIB)
+
+
+def test_a_launch_that_cannot_fit_is_refused_with_weights_kv_and_the_requests_that_fit(tmp_path):
+    # 8 GiB of bf16 weights served in fp32 hold 16 GiB; 4 requests of KV 3.25 GiB
+    path = model_dir(tmp_path, RELEASED, weights_bytes=8 * GIB)
+    args = {"dtype": "float32", "max_model_len": 4096}
+    assert size_cpu_kv("x_talker", path, args, 4, available=20 * GIB).bytes == int(3.25 * GIB)
+    with pytest.raises(SizingError) as refused:
+        size_cpu_kv("x_talker", path, args, 4, available=18 * GIB)
+    message = str(refused.value)
+    assert "x_talker: does not fit: weights 16.00 GiB + KV for 4 requests" in message
+    assert "> 18.00 GiB available; 2 request(s) would fit: serve with --kv-requests 2" in message
+    with pytest.raises(SizingError, match="not even one request: use a lower --engine-arg x_talker.max_model_len"):
+        size_cpu_kv("x_talker", path, args, 1, available=16 * GIB)

@@ -1,0 +1,63 @@
+"""The launcher's start-up wait (TritonServer.wait_ready): no fixed deadline while the server's
+processes work, a clear failure when they stall, exit, or pass --startup-timeout. Real child
+processes stand in for a loading tritonserver (no port answers: as before Triton's gRPC opens)."""
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tritontts.deploy.tritonserver import StartProgress, TritonServer
+from tritontts.testing.stack import free_port
+
+
+def server_running(code: str) -> TritonServer:
+    server = TritonServer(models=["nothing"], grpc_port=free_port())
+    server.process = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    return server
+
+
+def stop(server: TritonServer) -> None:
+    server.process.kill()
+    server.process.wait()
+
+
+def test_a_start_whose_processes_do_nothing_fails_as_stalled_after_the_stall_time():
+    server = server_running("import time; time.sleep(60)")
+    try:
+        began = time.monotonic()
+        with pytest.raises(TimeoutError, match="stalled: for 2 s no model changed state"):
+            server.wait_ready(stall_s=2.0)
+        assert time.monotonic() - began < 10
+    finally:
+        stop(server)
+
+
+def test_a_start_whose_processes_work_outlasts_the_stall_time_and_stops_only_at_the_given_timeout():
+    server = server_running("while True: pass")       # an export or an engine build, say
+    try:
+        began = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"not ready after 6s \(--startup-timeout\)"):
+            server.wait_ready(timeout=6.0, stall_s=2.0)
+        assert time.monotonic() - began >= 6.0
+        assert server.cpu_seconds() > 3.0
+    finally:
+        stop(server)
+
+
+def test_a_start_whose_server_exits_fails_with_its_exit_code():
+    server = server_running("import sys; sys.exit(3)")
+    with pytest.raises(RuntimeError, match="exited with code 3"):
+        server.wait_ready(stall_s=30.0)
+
+
+def test_progress_counts_cpu_beyond_idling_and_state_changes():
+    progress = StartProgress(cpu_at_mark=10.0, mark=0.0)
+    progress.cpu(10.5, now=5.0)                 # half a CPU-second: idling
+    assert progress.mark == 0.0
+    progress.cpu(11.2, now=20.0)                # 1.2 s of CPU in 20 s: work
+    assert progress.mark == 20.0 and progress.cpu_at_mark == 11.2
+    progress.cpu(12.3, now=120.0)               # 1.1 s in 100 s: under 2 %, idling
+    assert progress.mark == 20.0
+    progress.moved(now=130.0)                   # a model changed state
+    assert progress.mark == 130.0

@@ -1,0 +1,188 @@
+"""A vLLM stage's KV cache sized from its checkpoint: room for a stated number of requests
+of max_model_len positions, computed from the config.json vLLM loads (layers, KV heads,
+head dim, per-layer types of hybrid models), never a fixed byte count that fits only one
+checkpoint size. On the CPU this is the budget (`kv_cache_memory_bytes`); the launch is
+refused before the engine loads when weights + KV exceed the memory available, with the
+numbers. On a GPU the profile's share of the card sets it instead (tritontts.deploy.profiles).
+
+vLLM's CPU backend allocates KV in blocks of CPU_BLOCK_TOKENS positions. A hybrid model's
+linear-attention layers keep one state per request; vLLM raises the attention block until
+one attention page holds that state, pads the state to the page, and a request takes one
+page per linear layer beside its attention pages (measured: tests/test_kv_budget.py).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+CPU_BLOCK_TOKENS = 128
+DTYPE_BYTES = {"float32": 4, "float": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "half": 2, "fp16": 2}
+DEFAULT_KV_REQUESTS = 4        # full-length requests a talker's KV cache holds by default
+GIB = 2 ** 30
+
+
+class SizingError(ValueError):
+    """The KV cache cannot be sized or does not fit; the message names the file, field or
+    numbers and what to change."""
+
+
+def dtype_bytes(dtype: str, config: dict, source: str) -> int:
+    """Bytes per element of `dtype` ("auto": the checkpoint's torch_dtype)."""
+    name = str(config.get("torch_dtype") or config.get("dtype") or "float32") if dtype == "auto" else str(dtype)
+    name = name.removeprefix("torch.")
+    if name not in DTYPE_BYTES:
+        raise SizingError(f"{source}: dtype {name!r} is not one of {sorted(DTYPE_BYTES)}")
+    return DTYPE_BYTES[name]
+
+
+@dataclass(frozen=True)
+class KvShape:
+    """What one position of KV cache costs, per attention layer, and what one request's
+    state costs per linear-attention layer (hybrid models), in elements."""
+
+    attention_layers: int
+    kv_heads: int
+    head_dim: int
+    linear_layers: int = 0
+    linear_state: int = 0          # elements of one request's state in one linear layer
+
+    @classmethod
+    def from_config(cls, config: dict, source: str = "config.json") -> "KvShape":
+        def field(name: str, default=None):
+            value = config.get(name, default)
+            if value is None:
+                raise SizingError(f"{source}: field {name!r} is missing; the KV cache is sized from it "
+                                  f"(or give the stage's kv_cache_memory_bytes with --engine-arg)")
+            return value
+
+        layers = int(field("num_hidden_layers"))
+        heads = int(field("num_attention_heads"))
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        head_dim = int(config.get("head_dim") or int(field("hidden_size")) // heads)
+        types = config.get("layer_types")
+        if types is None and config.get("full_attention_interval") and config.get("linear_num_value_heads"):
+            interval = int(config["full_attention_interval"])
+            types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+        if types is None:
+            return cls(layers, kv_heads, head_dim)
+        if len(types) != layers:
+            raise SizingError(f"{source}: layer_types has {len(types)} entries for {layers} layers")
+        linear = sum(1 for t in types if t == "linear_attention")
+        unknown = sorted({t for t in types} - {"full_attention", "linear_attention", "attention"})
+        if unknown:
+            raise SizingError(f"{source}: layer_types {unknown} cannot be sized (known: full_attention, "
+                              f"linear_attention); give kv_cache_memory_bytes with --engine-arg")
+        state = 0
+        if linear:
+            k_heads, v_heads = int(field("linear_num_key_heads")), int(field("linear_num_value_heads"))
+            k_dim, v_dim = int(field("linear_key_head_dim")), int(field("linear_value_head_dim"))
+            kernel = int(field("linear_conv_kernel_dim"))
+            # gated delta rule: a short convolution over q, k, v and the recurrent k x v state
+            state = (kernel - 1) * (2 * k_heads * k_dim + v_heads * v_dim) + v_heads * k_dim * v_dim
+        return cls(layers - linear, kv_heads, head_dim, linear, state)
+
+    def position_bytes(self, element: int) -> int:
+        """One position of one attention layer: K and V."""
+        return 2 * self.kv_heads * self.head_dim * element
+
+    def block_tokens(self, element: int) -> int:
+        """vLLM's attention block on the CPU: CPU_BLOCK_TOKENS, raised for a hybrid model
+        until a page holds a linear layer's state."""
+        if not self.linear_layers:
+            return CPU_BLOCK_TOKENS
+        need = math.ceil(self.linear_state * element / self.position_bytes(element))
+        return max(CPU_BLOCK_TOKENS, math.ceil(need / CPU_BLOCK_TOKENS) * CPU_BLOCK_TOKENS)
+
+    def request_bytes(self, max_model_len: int, element: int) -> int:
+        """One request of max_model_len positions, in whole pages."""
+        block = self.block_tokens(element)
+        page = block * self.position_bytes(element)
+        return page * (self.attention_layers * math.ceil(max_model_len / block) + self.linear_layers)
+
+
+@dataclass(frozen=True)
+class KvBudget:
+    shape: KvShape
+    requests: int
+    max_model_len: int
+    element: int
+
+    @property
+    def request_bytes(self) -> int:
+        return self.shape.request_bytes(self.max_model_len, self.element)
+
+    @property
+    def bytes(self) -> int:
+        return self.requests * self.request_bytes
+
+    def describe(self) -> str:
+        s = self.shape
+        hybrid = f" + {s.linear_layers} linear-attention layers' state" if s.linear_layers else ""
+        return (f"KV for {self.requests} requests of {self.max_model_len} positions: {self.bytes / GIB:.2f} GiB "
+                f"({self.request_bytes / GIB:.3f} GiB each: {s.attention_layers} layers x {s.kv_heads} KV heads x "
+                f"{s.head_dim} x 2 x {self.element} bytes{hybrid})")
+
+
+def read_config(model_dir: str | Path) -> tuple[dict, str]:
+    path = Path(model_dir) / "config.json"
+    try:
+        return json.loads(path.read_text()), str(path)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SizingError(f"{path}: {exc}; the KV cache is sized from it") from None
+
+
+def weight_bytes(model_dir: str | Path, element: int, config: dict) -> int:
+    """The weights as the engine holds them: the checkpoint's tensor files (links followed)
+    rescaled from the checkpoint's dtype to the engine's."""
+    stored = DTYPE_BYTES.get(str(config.get("torch_dtype") or config.get("dtype") or "float32")
+                             .removeprefix("torch."), 4)
+    files = [p for p in Path(model_dir).iterdir()
+             if p.suffix in (".safetensors", ".bin", ".pt", ".pth") and p.is_file()]
+    return int(sum(p.stat().st_size for p in files) * element / stored)
+
+
+def available_memory() -> int:
+    """MemAvailable of /proc/meminfo, in bytes (what can be taken without swapping)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise SizingError("/proc/meminfo has no MemAvailable")
+
+
+def size_cpu_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: int,
+                available: int | None = None) -> KvBudget:
+    """The CPU KV budget for `requests` full-length requests; SizingError, before anything
+    loads, when the weights and that KV do not fit in the memory available now."""
+    if requests < 1:
+        raise SizingError(f"{stage}: kv_requests must be at least 1, got {requests}")
+    config, source = read_config(model_dir)
+    element = dtype_bytes(str(engine_args.get("dtype", "auto")), config, source)
+    budget = KvBudget(KvShape.from_config(config, source), requests, int(engine_args["max_model_len"]), element)
+    weights = weight_bytes(model_dir, element, config)
+    free = available_memory() if available is None else available
+    if weights + budget.bytes > free:
+        fit = max(0, (free - weights) // budget.request_bytes)
+        raise SizingError(
+            f"{stage}: does not fit: weights {weights / GIB:.2f} GiB + {budget.describe()} > "
+            f"{free / GIB:.2f} GiB available; {fit} request(s) would fit: serve with --kv-requests {fit}"
+            if fit else
+            f"{stage}: does not fit: weights {weights / GIB:.2f} GiB + {budget.describe()} > "
+            f"{free / GIB:.2f} GiB available, not even one request: use a lower --engine-arg "
+            f"{stage}.max_model_len, --engine-arg {stage}.dtype=bfloat16, or a machine with more memory")
+    return budget
+
+
+def engine_capacity(vllm_config) -> float | None:
+    """Full-length requests the built engine's KV cache holds, as vLLM computed it (set in
+    the process of the engine core), else from its block count (a plain-attention model)."""
+    cache = vllm_config.cache_config
+    concurrency = getattr(cache, "kv_cache_max_concurrency", None)
+    if concurrency:
+        return float(concurrency)
+    if not cache.num_gpu_blocks or not cache.block_size:
+        return None
+    length = vllm_config.model_config.max_model_len
+    return cache.num_gpu_blocks * cache.block_size / (math.ceil(length / cache.block_size) * cache.block_size)
