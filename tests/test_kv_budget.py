@@ -40,13 +40,18 @@ def test_missing_kv_heads_and_head_dim_follow_the_attention_heads_and_hidden_siz
     assert (shape.kv_heads, shape.head_dim) == (4, 64)
 
 
-def test_a_hybrid_request_takes_its_attention_pages_and_one_page_of_state_per_linear_layer():
+def test_a_hybrid_request_takes_its_attention_blocks_and_one_block_of_state_per_group_of_linear_layers():
     shape = KvShape.from_config(HYBRID)
     assert (shape.attention_layers, shape.linear_layers) == (1, 3)
     # state: 3 x (2x2x64 + 4x64) conv + 4x64x64 recurrent = 17 920 floats = 140 positions
     # of 512 bytes: the block is raised to 256 positions, a page 128 KiB
     assert shape.block_tokens(4) == 256
     assert shape.request_bytes(4096, 4) == (16 + 3) * 256 * 512
+    # released-like: 3 attention and 11 linear layers group by 3: 11 + 4 blocks of 3 pages
+    released = KvShape(attention_layers=3, kv_heads=2, head_dim=256, linear_layers=11, linear_state=300_000)
+    block = released.block_tokens(4)
+    assert block == 384
+    assert released.request_bytes(4096, 4) == 3 * (11 + 4) * block * released.position_bytes(4)
     # the control: without full_attention_interval every layer is read as attention
     plain = KvShape.from_config({k: v for k, v in HYBRID.items() if k != "full_attention_interval"})
     assert plain.request_bytes(4096, 4) == 4 * 4096 * 512 and plain.linear_layers == 0

@@ -71,3 +71,16 @@ def test_stage_input_data_gives_each_entry_its_own_whole_stream():
     raw = base64.b64decode(data[0]["blob"]["b64"])                      # not UTF-8: length-prefixed
     assert raw == (2).to_bytes(4, "little") + b"\xff\x00"
     json.dumps(data)
+
+
+def test_the_released_size_report_has_a_row_per_family_served_or_refused_with_its_reason():
+    from tritontts.benchmark.released import report
+
+    served = {"family": "a", "refused": None, "cold_start_s": 95.2, "warm_start_s": 41.0, "peak_pss_gib": 9.5,
+              "one": {"status": 200, "first_audio_s": 1.25, "audio_s": 4.0, "wall_s": 8.0, "rtf": 2.0},
+              "concurrent": {"requests": 4, "served": 4, "wall_s": 20.5}, "kv_capacity": {"a_talker": 4.0}}
+    refused = {"family": "b", "refused": "b_talker: does not fit: weights 16.00 GiB | KV", "cold_start_s": None,
+               "peak_pss_gib": 1.0}
+    rows = report([served, refused]).splitlines()
+    assert "| a | yes | 95 s | 41 s | 9.5 GiB | 1.25 s | 2.00 | 4/4 in 20.5 s | a_talker: 4.00 |" in rows
+    assert any(r.startswith("| b | no: b_talker: does not fit: weights 16.00 GiB / KV |") for r in rows)
