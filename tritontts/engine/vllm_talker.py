@@ -25,6 +25,7 @@ import threading
 from typing import Any, AsyncIterator, Callable, Iterator
 
 from ..serving.stage import EngineStage, StageContext
+from .engine_dtype import DTYPE_ENV
 
 logger = logging.getLogger("tritontts.talker")
 
@@ -39,7 +40,6 @@ class TalkerCancelled(Exception):
 ENGINE_ARGS_ENV = "TRITONTTS_ENGINE_ARGS"
 # The launcher's --kv-requests N: full-length requests every vLLM stage's KV cache holds.
 KV_REQUESTS_ENV = "TRITONTTS_KV_REQUESTS"
-from .engine_dtype import DTYPE_ENV  # noqa: E402 - the launcher's --dtype, beside its siblings
 
 
 def engine_arg_overrides(stage: str, environ=None) -> dict[str, Any]:
