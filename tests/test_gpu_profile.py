@@ -16,7 +16,7 @@ from frontend.__main__ import parse_args, profile_repository
 from tritontts.deploy import profiles
 from tritontts.families import FAMILIES
 from tritontts.deploy.profiles import (
-    ENGINE_BUDGET, GPU_SIZING_FILE, ProfileError, check_engines, config_text, engine_shares,
+    DEFAULT_GPU_MEMORY_GIB, ENGINE_BUDGET, GPU_SIZING_FILE, ProfileError, check_engines, config_text, engine_shares,
     gpu_sizing, write_profile_repository)
 from tritontts.deploy.repository import (
     ENSEMBLE_REPOSITORY, STAGE_REPOSITORY, ensemble_config, read_config, write_served_model)
@@ -146,9 +146,12 @@ def test_talker_engine_arguments_are_for_cuda_vllm(gpu_repository, stage):
     rewritten = {"kv_cache_memory_bytes", "gpu_memory_utilization", "dtype", "enforce_eager"}
     assert {k: v for k, v in args.items() if k not in rewritten} == \
         {k: v for k, v in source.items() if k not in rewritten}
-    # the talker's own settings (hops, chunks) are untouched
+    # the talker's own settings (hops, chunks) are untouched; the card the share is of is
+    # added, for the stage's check that its checkpoint fits the share (kv_budget.size_gpu_share)
     whole = lambda repo: json.loads((repo / stage / "1" / "model.json").read_text())  # noqa: E731
-    assert {k: v for k, v in whole(gpu_repository).items() if k != "engine_args"} == \
+    profiled = whole(gpu_repository)
+    assert profiled.pop("gpu_memory_gib") == DEFAULT_GPU_MEMORY_GIB
+    assert {k: v for k, v in profiled.items() if k != "engine_args"} == \
         {k: v for k, v in whole(STAGE_REPOSITORY).items() if k != "engine_args"}
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tritontts.engine.kv_budget import GIB, KvShape, SizingError, size_cpu_kv
+from tritontts.engine.kv_budget import GIB, KvShape, SizingError, checkpoint_dtype, size_cpu_kv, size_gpu_share
 
 # A 3.4 B backbone of 26 layers, 8 KV heads of 128 (the shape of a released 4 B talker)
 RELEASED = {"num_hidden_layers": 26, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
@@ -94,3 +94,27 @@ def test_a_launch_that_cannot_fit_is_refused_with_weights_kv_and_the_requests_th
     assert "> 18.00 GiB available; 2 request(s) would fit: serve with --kv-requests 2" in message
     with pytest.raises(SizingError, match="not even one request: use a lower --engine-arg x_talker.max_model_len"):
         size_cpu_kv("x_talker", path, args, 1, available=16 * GIB)
+
+
+def test_the_checkpoint_dtype_is_read_in_the_engines_names_and_an_unknown_one_names_the_file():
+    assert checkpoint_dtype({"torch_dtype": "bfloat16"}) == "bfloat16"
+    assert checkpoint_dtype({"dtype": "torch.float16"}) == "float16"
+    assert checkpoint_dtype({"torch_dtype": "bf16"}) == "bfloat16"
+    assert checkpoint_dtype({}) == "float32"
+    with pytest.raises(SizingError, match=r"x/config.json: dtype 'int3' is not one of"):
+        checkpoint_dtype({"torch_dtype": "int3"}, "x/config.json")
+
+
+def test_a_gpu_share_too_small_for_the_checkpoint_is_refused_with_the_card_and_the_requests_that_fit(tmp_path):
+    # 8 GiB of bf16 weights and 4 bf16 requests of 1.625 GiB / 4 in a share of an 80 GiB card
+    path = model_dir(tmp_path, RELEASED, weights_bytes=8 * GIB)
+    args = {"dtype": "auto", "max_model_len": 4096, "gpu_memory_utilization": 0.125}
+    budget = size_gpu_share("x_talker", path, args, 4, 80 * GIB)
+    assert budget.weights == 8 * GIB and budget.bytes == int(1.625 * GIB)
+    with pytest.raises(SizingError) as refused:
+        size_gpu_share("x_talker", path, {**args, "gpu_memory_utilization": 0.11}, 4, 80 * GIB)
+    message = str(refused.value)
+    assert "weights 8.00 GiB + KV for 4 requests" in message
+    assert "> 8.80 GiB (gpu_memory_utilization 0.11 of a 80 GiB card); 1 request(s) would fit" in message
+    with pytest.raises(SizingError, match="not even one request: serve fewer families on the card"):
+        size_gpu_share("x_talker", path, {**args, "gpu_memory_utilization": 0.1}, 4, 80 * GIB)

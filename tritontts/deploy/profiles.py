@@ -167,7 +167,7 @@ def write_profile_repository(profile: str, stages: list[str] | None, out: Path,
         target = out / stage
         shutil.copytree(source / stage, target, dirs_exist_ok=True)
         if profile == "gpu":
-            gpu_stage(target, source / stage, gpus, shares.get(stage))
+            gpu_stage(target, source / stage, gpus, shares.get(stage), gpu_memory_gib)
     return out
 
 
@@ -211,7 +211,8 @@ def engine_settings_path(stage_dir: Path) -> Path | None:
     return None
 
 
-def gpu_stage(target: Path, origin: Path, gpus: list[int], share: float | None) -> None:
+def gpu_stage(target: Path, origin: Path, gpus: list[int], share: float | None,
+              gpu_memory_gib: float = DEFAULT_GPU_MEMORY_GIB) -> None:
     path = target / "config.pbtxt"
     original = path.read_text()
     config = read_config(path)
@@ -241,7 +242,7 @@ def gpu_stage(target: Path, origin: Path, gpus: list[int], share: float | None) 
         if sizing.one_instance:
             notes.append(f"One instance: {sizing.one_instance}")
     if settings is not None:
-        gpu_engine(settings, sizing.engine, share)
+        gpu_engine(settings, sizing.engine, share, gpu_memory_gib)
         notes.append(f"Engine arguments in 1/model.json rewritten for CUDA vLLM: "
                      f"gpu_memory_utilization {share} for the engines served together.")
     header = leading_comments(original) + [
@@ -251,8 +252,12 @@ def gpu_stage(target: Path, origin: Path, gpus: list[int], share: float | None) 
     path.write_text("\n".join(header) + "\n" + config_text(config))
 
 
-def gpu_engine(settings_path: Path, engine: Engine, share: float) -> None:
+def gpu_engine(settings_path: Path, engine: Engine, share: float,
+               gpu_memory_gib: float = DEFAULT_GPU_MEMORY_GIB) -> None:
     settings = json.loads(settings_path.read_text())
+    # The card the share is of: the stage checks at load that its checkpoint's weights and
+    # --kv-requests full-length requests fit in it (tritontts.engine.kv_budget.size_gpu_share).
+    settings["gpu_memory_gib"] = gpu_memory_gib
     args = settings["engine_args"]
     # A byte budget for the KV cache is the CPU backend's; on CUDA the share decides it.
     args.pop("kv_cache_memory_bytes", None)

@@ -19,8 +19,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from .engine_dtype import DtypeError, normalized
+
 CPU_BLOCK_TOKENS = 128
-DTYPE_BYTES = {"float32": 4, "float": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "half": 2, "fp16": 2}
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}    # engine_dtype's names
 DEFAULT_KV_REQUESTS = 4        # full-length requests a talker's KV cache holds by default
 GIB = 2 ** 30
 
@@ -30,13 +32,23 @@ class SizingError(ValueError):
     numbers and what to change."""
 
 
+def checkpoint_dtype(config: dict, source: str = "config.json") -> str:
+    """The dtype the checkpoint's tensors are stored in (torch_dtype, else dtype; float32
+    when it says neither), in engine_dtype's names."""
+    try:
+        name = normalized(str(config.get("torch_dtype") or config.get("dtype") or "float32"))
+    except DtypeError as exc:
+        raise SizingError(f"{source}: {exc}") from None
+    return "float32" if name == "auto" else name
+
+
 def dtype_bytes(dtype: str, config: dict, source: str) -> int:
-    """Bytes per element of `dtype` ("auto": the checkpoint's torch_dtype)."""
-    name = str(config.get("torch_dtype") or config.get("dtype") or "float32") if dtype == "auto" else str(dtype)
-    name = name.removeprefix("torch.")
-    if name not in DTYPE_BYTES:
-        raise SizingError(f"{source}: dtype {name!r} is not one of {sorted(DTYPE_BYTES)}")
-    return DTYPE_BYTES[name]
+    """Bytes per element of the engine's `dtype` ("auto": the checkpoint's own)."""
+    try:
+        name = normalized(dtype)
+    except DtypeError as exc:
+        raise SizingError(f"{source}: {exc}") from None
+    return ELEMENT_BYTES[checkpoint_dtype(config, source) if name == "auto" else name]
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,7 @@ class KvBudget:
     requests: int
     max_model_len: int
     element: int
+    weights: int = 0               # bytes of weights the engine holds beside the cache
 
     @property
     def request_bytes(self) -> int:
@@ -145,8 +158,7 @@ def read_config(model_dir: str | Path) -> tuple[dict, str]:
 def weight_bytes(model_dir: str | Path, element: int, config: dict) -> int:
     """The weights as the engine holds them: the checkpoint's tensor files (links followed)
     rescaled from the checkpoint's dtype to the engine's."""
-    stored = DTYPE_BYTES.get(str(config.get("torch_dtype") or config.get("dtype") or "float32")
-                             .removeprefix("torch."), 4)
+    stored = ELEMENT_BYTES[checkpoint_dtype(config)]
     files = [p for p in Path(model_dir).iterdir()
              if p.suffix in (".safetensors", ".bin", ".pt", ".pth") and p.is_file()]
     return int(sum(p.stat().st_size for p in files) * element / stored)
@@ -161,27 +173,57 @@ def available_memory() -> int:
     raise SizingError("/proc/meminfo has no MemAvailable")
 
 
-def size_cpu_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: int,
-                available: int | None = None) -> KvBudget:
-    """The CPU KV budget for `requests` full-length requests; SizingError, before anything
-    loads, when the weights and that KV do not fit in the memory available now."""
+def plan_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: int,
+            config: dict | None = None) -> KvBudget:
+    """The KV cache for `requests` full-length requests and the weights beside it, from the
+    checkpoint's config.json (`config`: already read)."""
     if requests < 1:
         raise SizingError(f"{stage}: kv_requests must be at least 1, got {requests}")
-    config, source = read_config(model_dir)
+    source = str(Path(model_dir) / "config.json")
+    if config is None:
+        config, source = read_config(model_dir)
     element = dtype_bytes(str(engine_args.get("dtype", "auto")), config, source)
-    budget = KvBudget(KvShape.from_config(config, source), requests, int(engine_args["max_model_len"]), element)
-    weights = weight_bytes(model_dir, element, config)
+    return KvBudget(KvShape.from_config(config, source), requests, int(engine_args["max_model_len"]), element,
+                    weight_bytes(model_dir, element, config))
+
+
+def check_fits(stage: str, budget: KvBudget, free: int, room: str, remedy: str) -> KvBudget:
+    """`budget` when its weights and KV fit in `free` bytes (`room` says what they are);
+    SizingError with the numbers and the requests that would fit otherwise."""
+    if budget.weights + budget.bytes <= free:
+        return budget
+    fit = max(0, (free - budget.weights) // budget.request_bytes)
+    head = (f"{stage}: does not fit: weights {budget.weights / GIB:.2f} GiB + {budget.describe()} > "
+            f"{free / GIB:.2f} GiB {room}")
+    if fit:
+        raise SizingError(f"{head}; {fit} request(s) would fit: serve with --kv-requests {fit}")
+    raise SizingError(f"{head}, not even one request: {remedy}")
+
+
+def size_cpu_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: int,
+                available: int | None = None, config: dict | None = None) -> KvBudget:
+    """The CPU KV budget for `requests` full-length requests; SizingError, before anything
+    loads, when the weights and that KV do not fit in the memory available now."""
+    budget = plan_kv(stage, model_dir, engine_args, requests, config)
     free = available_memory() if available is None else available
-    if weights + budget.bytes > free:
-        fit = max(0, (free - weights) // budget.request_bytes)
-        raise SizingError(
-            f"{stage}: does not fit: weights {weights / GIB:.2f} GiB + {budget.describe()} > "
-            f"{free / GIB:.2f} GiB available; {fit} request(s) would fit: serve with --kv-requests {fit}"
-            if fit else
-            f"{stage}: does not fit: weights {weights / GIB:.2f} GiB + {budget.describe()} > "
-            f"{free / GIB:.2f} GiB available, not even one request: use a lower --engine-arg "
-            f"{stage}.max_model_len, --engine-arg {stage}.dtype=bfloat16, or a machine with more memory")
-    return budget
+    return check_fits(stage, budget, free, "available",
+                      f"use a lower --engine-arg {stage}.max_model_len, --engine-arg {stage}.dtype=bfloat16, "
+                      "or a machine with more memory")
+
+
+def size_gpu_share(stage: str, model_dir: str | Path, engine_args: dict, requests: int, card_bytes: int,
+                   config: dict | None = None) -> KvBudget:
+    """On a GPU the profile's gpu_memory_utilization of a `card_bytes` card is the engine's
+    room (tritontts.deploy.profiles shares the card among the engines served): SizingError
+    before loading when the checkpoint's weights and `requests` full-length requests do not
+    fit in it, so a share computed from declared sizes never meets a bigger checkpoint
+    unchecked."""
+    budget = plan_kv(stage, model_dir, engine_args, requests, config)
+    share = float(engine_args["gpu_memory_utilization"])
+    return check_fits(stage, budget, int(share * card_bytes),
+                      f"(gpu_memory_utilization {share} of a {card_bytes / GIB:g} GiB card)",
+                      "serve fewer families on the card, give its memory with --gpu-memory-gib, or lower "
+                      f"--engine-arg {stage}.max_model_len")
 
 
 def engine_capacity(vllm_config) -> float | None:

@@ -26,6 +26,8 @@ from typing import Any, AsyncIterator, Callable, Iterator
 
 from ..serving.stage import EngineStage, StageContext
 from .engine_dtype import DTYPE_ENV
+from .kv_budget import (DEFAULT_KV_REQUESTS, GIB, SizingError, checkpoint_dtype, engine_capacity, read_config,
+                        size_cpu_kv, size_gpu_share)
 
 logger = logging.getLogger("tritontts.talker")
 
@@ -94,18 +96,28 @@ class VllmTalkerStage(EngineStage):
         engine_args = {**self.settings["engine_args"], **overrides}
         self.max_model_len = int(engine_args["max_model_len"])
         args = {**engine_args, **self.engine_extras()}
+        try:
+            config, _ = read_config(self.model_path())
+        except SizingError:
+            config = None           # an engine without config.json: vLLM says what it lacks
         args["dtype"] = self._dtype(context, overrides.get("dtype") or os.environ.get(DTYPE_ENV)
-                                    or engine_args.get("dtype", "auto"))
+                                    or engine_args.get("dtype", "auto"), config or {})
+        requests = int(os.environ.get(KV_REQUESTS_ENV) or DEFAULT_KV_REQUESTS)
         self.kv_budget = None
         if not context.device.startswith("cuda") and not {"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(args):
             # The KV cache from the checkpoint's config (kv_budget); a given byte count or
-            # share (--engine-arg) wins. On a GPU the profile's share of the card sets it.
-            from .kv_budget import DEFAULT_KV_REQUESTS, size_cpu_kv
-
-            requests = int(os.environ.get(KV_REQUESTS_ENV) or DEFAULT_KV_REQUESTS)
-            self.kv_budget = size_cpu_kv(context.name, self.model_path(), args, requests)
+            # share (--engine-arg) wins.
+            self.kv_budget = size_cpu_kv(context.name, self.model_path(), args, requests, config=config)
             args["kv_cache_memory_bytes"] = self.kv_budget.bytes
             logger.info("%s: %s", context.name, self.kv_budget.describe())
+        elif context.device.startswith("cuda") and "gpu_memory_utilization" in args \
+                and "gpu_memory_gib" in self.settings and "kv_cache_memory_bytes" not in args:
+            # On a GPU the profile's share of the card sets the cache; the checkpoint's
+            # weights and full-length requests must fit in it.
+            self.kv_budget = size_gpu_share(context.name, self.model_path(), args, requests,
+                                            int(float(self.settings["gpu_memory_gib"]) * GIB), config=config)
+            logger.info("%s: %s within gpu_memory_utilization %s", context.name, self.kv_budget.describe(),
+                        args["gpu_memory_utilization"])
         pin_engine_gpu(context.device)
         if self.in_process:
             self.engine = InprocEngine(self.model_path(), args, self.loop)
@@ -113,26 +125,19 @@ class VllmTalkerStage(EngineStage):
             self.engine = self.submit(self._create(self.model_path(), args)).result()
         self.kv_capacity = self._report_capacity(context.name)
 
-    def _dtype(self, context: StageContext, given: str) -> str:
+    def _dtype(self, context: StageContext, given: str, config: dict) -> str:
         """The engine's dtype (engine_dtype.resolve_dtype: "auto" is the checkpoint's own
         where the device runs it well), logged with the reason."""
         from .engine_dtype import cpu_bf16_flags, resolve_dtype
-        from .kv_budget import SizingError, read_config
 
-        try:
-            config, _ = read_config(self.model_path())
-        except SizingError:
-            config = {}
-        own = str(config.get("torch_dtype") or config.get("dtype") or "float32")
-        dtype, why = resolve_dtype(given, own, context.device, cpu_bf16_flags())
+        dtype, why = resolve_dtype(given, checkpoint_dtype(config, self.model_path()), context.device,
+                                   cpu_bf16_flags())
         logger.info("%s: dtype %s (%s)", context.name, dtype, why)
         return dtype
 
     def _report_capacity(self, stage: str) -> float | None:
         """Full-length requests the built engine holds (vLLM's own count), logged; a warning
         when fewer than the budget was sized for (the checkpoint's config misread)."""
-        from .kv_budget import engine_capacity
-
         try:
             capacity = engine_capacity(self.engine.vllm_config)
         except AttributeError:
