@@ -105,3 +105,40 @@ def test_long_input_is_spoken_in_segments(parts):
     assert len(job.segments) == len(segments)
     assert all(s.prompt_ids[-len(job.prompt.speech_tokens):] == [frontend.vocab.speech_offset + t for t in
                job.prompt.speech_tokens.tolist()] for s in job.segments)
+
+
+def test_flow_and_hift_compute_a_batch_of_mixed_chunks_as_each_alone_and_fail_only_the_bad_one(parts):
+    """What Triton's dynamic batcher hands the flow and HiFT stages: first and later chunks
+    of several streams, two lengths, a finalizing one, and one malformed request. Each
+    result equals that request computed alone within 1e-5; the bad one fails alone."""
+    from tritontts.serving.stage import Inputs
+
+    _, _, job, flow, hift = parts
+    p = job.prompt
+    rng = np.random.default_rng(1)
+    tokens = lambda n: rng.integers(0, 6561, n).astype(np.int32)  # noqa: E731
+    chunk = lambda t, end, mel=p.mel: Inputs(  # noqa: E731
+        speech_tokens=t, prompt_tokens=p.speech_tokens, prompt_mel=mel, embedding=p.embedding,
+        segment_end=np.array([end]))
+    batch = [chunk(tokens(18), False), chunk(tokens(18), False), chunk(tokens(43), False),
+             chunk(tokens(18), False, mel=p.mel[:, :7]), chunk(tokens(43), False), chunk(tokens(30), True)]
+    together = flow.run_batch(batch)
+    assert isinstance(together[3], Exception)
+    mels = {}
+    for i, result in enumerate(together):
+        if i == 3:
+            continue
+        alone = flow.run(batch[i])["mel"]
+        assert result["mel"].shape == alone.shape and alone.shape[0] > 0
+        assert np.abs(result["mel"] - alone).max() <= 1e-5, i
+        mels[i] = alone
+    assert np.abs(mels[0] - mels[1]).max() > 1e-3          # the control: different chunks differ
+
+    voc = [Inputs(mel=mels[i], token_offset=np.array([offset]), segment_end=np.array([end]))
+           for i, offset, end in ((0, 0, False), (1, 10, False), (2, 20, False), (4, 0, False), (5, 0, True))]
+    together = hift.run_batch(voc)
+    for i, result in enumerate(together):
+        alone = hift.run(voc[i])["audio"]
+        assert result["audio"].shape == alone.shape and alone.size > 0
+        assert np.abs(result["audio"] - alone).max() <= 1e-5, i
+    assert np.abs(together[0]["audio"][-1000:] - together[1]["audio"][-1000:]).max() > 1e-4

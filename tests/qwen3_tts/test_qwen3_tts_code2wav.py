@@ -397,3 +397,37 @@ def test_the_code2wav_stage_answers_the_final_chunk_of_a_stream_with_no_frame_wi
     result = stage.run(Inputs(codes=np.zeros((1, 16), np.int32), left_context=np.array([1]),
                               is_final=np.array([True])))
     assert result["audio"].size == 0
+
+
+def test_the_code2wav_stage_decodes_a_batch_of_mixed_chunks_as_each_alone_and_fails_only_the_bad_one(
+        random_checkpoints):
+    """First chunks (no context) and later ones (left context), of two lengths, from
+    several streams, in one batch Triton's dynamic batcher gathered: each equals its chunk
+    decoded alone within 1e-5; a malformed request beside them fails alone."""
+    import numpy as np
+
+    from tritontts.families import FAMILIES
+    from tritontts.families.qwen3_tts.stages import Qwen3TTSCode2WavStage
+    from tritontts.protocol import InvalidRequest
+    from tritontts.serving.stage import Inputs, StageContext
+
+    checkpoint = FAMILIES["qwen3_tts"].open_checkpoint(random_checkpoints["qwen3_tts"])
+    stage = Qwen3TTSCode2WavStage(StageContext("qwen3_tts_code2wav", checkpoint.root), checkpoint)
+    rng = np.random.default_rng(0)
+    codes = lambda frames: rng.integers(0, 1024, (frames, 16)).astype(np.int32)  # noqa: E731
+    batch = [Inputs(codes=codes(4), left_context=np.array([0])),
+             Inputs(codes=codes(9), left_context=np.array([5])),
+             Inputs(codes=codes(4), left_context=np.array([0])),
+             Inputs(codes=codes(3, ), left_context=np.array([7])),       # context beyond the window
+             Inputs(codes=codes(9), left_context=np.array([5])),
+             Inputs(codes=codes(12), left_context=np.array([8]))]
+    together = stage.run_batch(batch)
+    assert isinstance(together[3], InvalidRequest) and "left_context" in str(together[3])
+    for i, result in enumerate(together):
+        if i == 3:
+            continue
+        alone = stage.run(batch[i])["audio"]
+        assert result["audio"].shape == alone.shape and alone.size > 0
+        assert np.abs(result["audio"] - alone).max() <= 1e-5, i
+    # the control: two different chunks decode differently
+    assert np.abs(together[0]["audio"] - together[2]["audio"]).max() > 1e-3

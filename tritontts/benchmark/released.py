@@ -7,7 +7,7 @@ time to first audio and real-time factor of one request, and whether 4 requests 
 all served, with the KV capacity the talkers logged (4 full-length requests hold, so vLLM
 never preempts them). Not a test: hours on a 2-core machine for every family.
 
-  .venv/bin/python -m tritontts.benchmark.released --families cosyvoice3,voxtral_tts \\
+  .venv/bin/python -m tritontts.benchmark.released --families FAMILY,FAMILY \\
       --cache ~/.cache/tritontts-released --out docs/benchmarks/released
 
 Writes results.json and report.md (a table per family) into --out. Nothing here names a

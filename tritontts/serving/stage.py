@@ -148,6 +148,37 @@ class Stage:
         """Called when Triton unloads the model."""
 
 
+def run_in_groups(batch: list[Inputs], key: Callable[[Inputs], Any],
+                  compute: Callable[[list[Inputs]], list[dict[str, Any]]],
+                  ready: Callable[[int, Any], None] | None = None) -> list[dict[str, Any] | Exception]:
+    """A stage's run_batch for a network without masks: the requests whose `key` (their
+    shapes, and whatever else changes the computation) is equal are computed together by
+    `compute(members)`, one result per member, in one call; requests of another key in
+    another. A request whose `key` raises fails alone; a group whose compute raises is
+    computed again one request at a time, so only the request that fails fails. `ready`
+    is told of each group's results as they are done."""
+    results: list[dict[str, Any] | Exception | None] = [None] * len(batch)
+    groups: dict[Any, list[int]] = {}
+    for i, inputs in enumerate(batch):
+        try:
+            groups.setdefault(key(inputs), []).append(i)
+        except Exception as exc:  # noqa: BLE001 - that request fails, not the batch
+            results[i] = exc
+            if ready is not None:
+                ready(i, exc)
+    for members in groups.values():
+        try:
+            outputs: list[dict[str, Any] | Exception] = list(compute([batch[i] for i in members]))
+        except Exception as exc:  # noqa: BLE001 - find the request that fails
+            outputs = [exc] if len(members) == 1 else \
+                [run_in_groups([batch[i]], key, compute)[0] for i in members]
+        for i, result in zip(members, outputs):
+            results[i] = result
+            if ready is not None:
+                ready(i, result)
+    return results  # type: ignore[return-value]
+
+
 class StreamingStage(Stage):
     """Many responses per request (a decoupled model): `run` yields one output dict per
     chunk. chunk_index is numbered 0, 1, ... for you. A chunk that sets is_final is sent at

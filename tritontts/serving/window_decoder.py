@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..protocol import AUDIO, SAMPLE_RATE, InvalidRequest
-from .stage import Inputs, Stage
+from .stage import Inputs, Stage, run_in_groups
 
 
 class WindowDecoderStage(Stage):
@@ -37,21 +37,16 @@ class WindowDecoderStage(Stage):
 
     def run_batch(self, batch: list[Inputs], ready: Callable[[int, Any], None] | None = None
                   ) -> list[dict[str, Any] | Exception]:
-        results: list[dict[str, Any] | Exception | None] = [None] * len(batch)
-        groups: dict[int, list[int]] = {}
-        for i, inputs in enumerate(batch):
-            window, context = inputs[self.window], int(inputs.scalar("left_context"))
-            try:
-                self.check_window(window)
-                if not 0 <= context <= window.shape[0]:
-                    raise InvalidRequest(f"left_context {context} is not within the window's {window.shape[0]} frames")
-            except InvalidRequest as exc:
-                results[i] = exc
-                continue
-            groups.setdefault(window.shape[0], []).append(i)
-        for members in groups.values():
-            audio = self.decode_windows(np.stack([np.asarray(batch[i][self.window]) for i in members]))
-            for row, i in enumerate(members):
-                skip = int(batch[i].scalar("left_context")) * self.samples_per_frame
-                results[i] = {AUDIO: audio[row, skip:], SAMPLE_RATE: self.sample_rate}
-        return results  # type: ignore[return-value]
+        return run_in_groups(batch, self.window_length, self.decode_group, ready)
+
+    def window_length(self, inputs: Inputs) -> int:
+        window, context = inputs[self.window], int(inputs.scalar("left_context"))
+        self.check_window(window)
+        if not 0 <= context <= window.shape[0]:
+            raise InvalidRequest(f"left_context {context} is not within the window's {window.shape[0]} frames")
+        return window.shape[0]
+
+    def decode_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
+        audio = self.decode_windows(np.stack([np.asarray(inputs[self.window]) for inputs in members]))
+        return [{AUDIO: audio[row, int(inputs.scalar("left_context")) * self.samples_per_frame:],
+                 SAMPLE_RATE: self.sample_rate} for row, inputs in enumerate(members)]

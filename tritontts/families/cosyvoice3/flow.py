@@ -347,15 +347,18 @@ class CausalMaskedDiffWithDiT(nn.Module):
                   finalize: bool, n_timesteps: int = 10) -> tuple[torch.Tensor, None]:
         """Mel for `token` given the prompt, as upstream's CausalMaskedDiffWithDiT.inference.
 
-        token [1, N] and prompt_token [1, P] (speech codes), their lengths [1];
-        prompt_feat [1, T_p, 80] (T_p = token_mel_ratio * P normally); embedding [1, 192];
+        token [B, N] and prompt_token [B, P] (speech codes), their lengths [B];
+        prompt_feat [B, T_p, 80] (T_p = token_mel_ratio * P normally); embedding [B, 192].
+        B > 1 (the flow stage's batch): rows of equal N, P and T_p, each computed as alone
+        (upstream takes one request at a time);
         streaming: chunk-masked attention (what streamed requests use);
         finalize=False: the last pre_lookahead_len tokens are lookahead context only.
-        Returns (mel [1, 80, ratio * (P + N - lookahead) - T_p], None); prompt frames are cut.
+        Returns (mel [B, 80, ratio * (P + N - lookahead) - T_p], None); prompt frames are cut.
         prompt_feat_len is accepted for signature compatibility (upstream ignores it too).
         """
-        if token.size(0) != 1:
-            raise ValueError("flow inference takes one request at a time (batch 1), as upstream")
+        rows = token.size(0)
+        if prompt_token.size(0) != rows or prompt_feat.size(0) != rows or embedding.size(0) != rows:
+            raise ValueError(f"token, prompt_token, prompt_feat and embedding need the same {rows} rows")
         spks = self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
 
         tokens = torch.cat([prompt_token, token], dim=1)
@@ -376,9 +379,9 @@ class CausalMaskedDiffWithDiT(nn.Module):
         total = h.size(1)
         if total < prompt_frames:
             raise ValueError(f"prompt_feat has {prompt_frames} frames but tokens give only {total}")
-        cond = torch.zeros(1, total, self.output_size, device=h.device, dtype=h.dtype)
+        cond = torch.zeros(rows, total, self.output_size, device=h.device, dtype=h.dtype)
         cond[:, :prompt_frames] = prompt_feat.to(h.dtype)
-        mask = torch.ones(1, 1, total, device=h.device, dtype=h.dtype)
+        mask = torch.ones(rows, 1, total, device=h.device, dtype=h.dtype)
 
         mel = self.decoder(mu=h.transpose(1, 2).contiguous(), mask=mask, n_timesteps=n_timesteps,
                            spks=spks, cond=cond.transpose(1, 2), streaming=streaming)

@@ -21,7 +21,7 @@ from ... import sampling
 from ...sampling import SAMPLING
 from ...protocol import (
     AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, decode_params)
-from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only
+from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only, run_in_groups
 from ...text import normalize, split_sentences
 from ...engine.vllm_talker import VllmTalkerStage
 from .checkpoint import CosyVoice3Checkpoint
@@ -243,28 +243,48 @@ class CosyVoice3FlowStage(Stage):
         dit.velocity_runner = stage_runner(velocity_graph(dit), context)
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
-        return {"mel": self.mel(inputs.flat("speech_tokens"), inputs.flat("prompt_tokens"),
-                                inputs["prompt_mel"], inputs.flat("embedding"),
-                                bool(inputs.scalar("segment_end")))}
+        (result,) = self.run_batch([inputs])
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def run_batch(self, batch: list[Inputs], ready=None) -> list[dict[str, Any] | Exception]:
+        """Chunks of equal token, prompt and prompt-mel lengths (and finality), from any
+        streams and voices, solve as one batch: every row starts from the same fixed noise
+        and the DiT's attention is over its own row, so each equals its chunk alone."""
+        return run_in_groups(batch, self.chunk_shape, self.mel_group, ready)
+
+    @staticmethod
+    def chunk_shape(inputs: Inputs) -> tuple[int, int, tuple[int, ...], int, bool]:
+        return (inputs["speech_tokens"].size, inputs["prompt_tokens"].size, inputs["prompt_mel"].shape,
+                inputs["embedding"].size, bool(inputs.scalar("segment_end")))
 
     @torch.inference_mode()
+    def mel_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
+        """[frames, 80] per chunk for its tokens (lookahead tokens give context only unless
+        segment_end)."""
+        if members[0]["speech_tokens"].size == 0:
+            return [{"mel": np.zeros((0, 80), np.float32)} for _ in members]
+
+        def rows(name: str, dtype, flat: bool = True) -> torch.Tensor:
+            arrays = [(m.flat(name) if flat else m[name]).astype(dtype) for m in members]
+            return torch.from_numpy(np.stack(arrays)).to(self.device)
+
+        token, prompt_token = rows("speech_tokens", np.int64), rows("prompt_tokens", np.int64)
+        feat = rows("prompt_mel", np.float32, flat=False)
+        lengths = lambda n: torch.full((len(members),), n, device=self.device)  # noqa: E731
+        mel, _ = self.flow.inference(
+            token=token, token_len=lengths(token.shape[1]), prompt_token=prompt_token,
+            prompt_token_len=lengths(prompt_token.shape[1]), prompt_feat=feat,
+            prompt_feat_len=lengths(feat.shape[1]), embedding=rows("embedding", np.float32),
+            streaming=True, finalize=bool(members[0].scalar("segment_end")))
+        return [{"mel": row.T.contiguous().cpu().numpy()} for row in mel]
+
     def mel(self, tokens: np.ndarray, prompt_tokens: np.ndarray, prompt_mel: np.ndarray,
             embedding: np.ndarray, segment_end: bool) -> np.ndarray:
-        """[frames, 80] for tokens (lookahead tokens give context only unless segment_end)."""
-        if tokens.size == 0:
-            return np.zeros((0, 80), np.float32)
-        def tensor(array: np.ndarray, dtype) -> torch.Tensor:
-            return torch.from_numpy(array.astype(dtype))[None].to(self.device)
-
-        token, prompt_token = tensor(tokens, np.int64), tensor(prompt_tokens, np.int64)
-        feat = tensor(prompt_mel, np.float32)
-        mel, _ = self.flow.inference(
-            token=token, token_len=torch.tensor([token.shape[1]], device=self.device),
-            prompt_token=prompt_token,
-            prompt_token_len=torch.tensor([prompt_token.shape[1]], device=self.device),
-            prompt_feat=feat, prompt_feat_len=torch.tensor([feat.shape[1]], device=self.device),
-            embedding=tensor(embedding, np.float32), streaming=True, finalize=segment_end)
-        return mel[0].T.contiguous().cpu().numpy()
+        """One stream's chunk: [frames, 80] for its tokens so far."""
+        return self.run(Inputs(speech_tokens=tokens, prompt_tokens=prompt_tokens, prompt_mel=prompt_mel,
+                               embedding=embedding, segment_end=np.array([segment_end])))["mel"]
 
 
 class CosyVoice3HiftStage(Stage):
@@ -285,20 +305,40 @@ class CosyVoice3HiftStage(Stage):
         self.sample_rate = int(checkpoint.config["sample_rate"])
 
     def run(self, inputs: Inputs) -> dict[str, Any]:
-        return {AUDIO: self.new_audio(inputs["mel"], int(inputs.scalar("token_offset")),
-                                      bool(inputs.scalar("segment_end"))),
-                SAMPLE_RATE: self.sample_rate}
+        (result,) = self.run_batch([inputs])
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def run_batch(self, batch: list[Inputs], ready=None) -> list[dict[str, Any] | Exception]:
+        """Streams' mel of equal length (and finality) vocode as one batch: the network has
+        no mask, and its excitation noise is a function of the sample index, the same in
+        every row, so each row equals that mel vocoded alone."""
+        return run_in_groups(batch, self.mel_shape, self.vocode_group, ready)
+
+    @staticmethod
+    def mel_shape(inputs: Inputs) -> tuple[int, bool]:
+        return inputs["mel"].shape[0], bool(inputs.scalar("segment_end"))
 
     def sent_before(self, token_offset: int) -> int:
         frames = TOKEN_MEL_RATIO * token_offset
         return max(0, frames - self.hift.min_partial_frames) * SAMPLES_PER_FRAME
 
     @torch.inference_mode()
-    def new_audio(self, mel: np.ndarray, token_offset: int, segment_end: bool) -> np.ndarray:
+    def vocode_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
         from ...nn.hift import stream_hift
 
-        if mel.shape[0] == 0:
-            return np.zeros(0, np.float32)
-        mel_so_far = torch.from_numpy(mel.astype(np.float32)).T[None].to(self.device)
-        audio, _ = stream_hift(self.hift, mel_so_far, self.sent_before(token_offset), segment_end)
-        return audio[0].cpu().numpy().astype(np.float32)
+        frames, segment_end = self.mel_shape(members[0])
+        if frames == 0:
+            return [{AUDIO: np.zeros(0, np.float32), SAMPLE_RATE: self.sample_rate} for _ in members]
+        mel_so_far = torch.from_numpy(np.stack([np.asarray(m["mel"], np.float32) for m in members])) \
+            .transpose(1, 2).to(self.device)
+        audio, _ = stream_hift(self.hift, mel_so_far, 0, segment_end)
+        audio = audio.cpu().numpy().astype(np.float32)
+        return [{AUDIO: audio[row, self.sent_before(int(m.scalar("token_offset"))):], SAMPLE_RATE: self.sample_rate}
+                for row, m in enumerate(members)]
+
+    def new_audio(self, mel: np.ndarray, token_offset: int, segment_end: bool) -> np.ndarray:
+        """The audio one stream's mel so far adds (the stage's computation for one request)."""
+        return self.run(Inputs(mel=mel, token_offset=np.array([token_offset]),
+                               segment_end=np.array([segment_end])))[AUDIO]

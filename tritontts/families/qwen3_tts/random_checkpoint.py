@@ -90,6 +90,11 @@ SIZES = {
                      num_hidden_layers=8, decoder_dim=1536, vector_quantization_hidden_dimension=512),
     ),
 }
+# Qwen3-TTS-12Hz-1.7B: the 0.6B with a talker of 2048 / 6144 (the predictor as narrow, so its
+# input is projected down); "released" is the flagship (the released-size benchmark).
+SIZES["1.7b"] = {**SIZES["0.6b"], "model_size": "1b7",
+                 "talker": {**SIZES["0.6b"]["talker"], "hidden_size": 2048, "intermediate_size": 6144}}
+SIZES["released"] = SIZES["1.7b"]
 _CORPUS = ("<|im_start|>assistant\nThe quick brown fox jumps over the lazy dog.<|im_end|>\n"
            "<|im_start|>user\nSpeak slowly, in a warm and gentle voice.<|im_end|>\n"
            "Hello there, how are you today? I am fine, thank you, and you? 0123456789 "

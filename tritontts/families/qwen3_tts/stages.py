@@ -23,7 +23,7 @@ from ...serving.lru import LRU
 from ...protocol import (
     AUDIO, at_least_one_row, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest,
     decode_params)
-from ...serving.stage import Inputs, Stage, StageContext, begin_request
+from ...serving.stage import Inputs, Stage, StageContext, begin_request, run_in_groups
 from ... import sampling
 from ...sampling import SAMPLING
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
@@ -299,11 +299,31 @@ class Qwen3TTSCode2WavStage(Stage):
         self.codec.latents_runner = stage_runner(latents, context)
         self.codec.vocode_runner = stage_runner(vocoder, context)
 
-    @torch.no_grad()
     def run(self, inputs: Inputs) -> dict[str, Any]:
+        (result,) = self.run_batch([inputs])
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def run_batch(self, batch: list[Inputs], ready=None) -> list[dict[str, Any] | Exception]:
+        """Chunks of equal length and left context, from any streams, decode as one batch
+        (the network has no mask: its convolutions and windowed attention see only the
+        chunk, so equal shapes are exact)."""
+        return run_in_groups(batch, self.window_shape, self.decode_group, ready)
+
+    @staticmethod
+    def window_shape(inputs: Inputs) -> tuple[int, int]:
+        codes, context = inputs["codes"], int(inputs.scalar("left_context"))
+        if codes.ndim != 2 or not 0 <= context <= codes.shape[0]:
+            raise InvalidRequest(f"codes [frames, codebooks] with left_context within its frames, got "
+                                 f"{list(codes.shape)} and {context}")
+        return codes.shape[0], context
+
+    @torch.no_grad()
+    def decode_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
         from .code2wav import decode_chunk
 
-        codes = torch.from_numpy(np.array(inputs["codes"], np.int64)).T[None].to(self.device)
-        context = int(inputs.scalar("left_context"))
-        audio = decode_chunk(self.codec, codes, context)[0]
-        return {AUDIO: audio.float().cpu().numpy(), SAMPLE_RATE: SAMPLE_RATE_HZ}
+        codes = torch.from_numpy(np.stack([np.asarray(m["codes"], np.int64) for m in members])) \
+            .transpose(1, 2).to(self.device)
+        audio = decode_chunk(self.codec, codes, int(members[0].scalar("left_context"))).float().cpu().numpy()
+        return [{AUDIO: row, SAMPLE_RATE: SAMPLE_RATE_HZ} for row in audio]
