@@ -179,6 +179,28 @@ def run_in_groups(batch: list[Inputs], key: Callable[[Inputs], Any],
     return results  # type: ignore[return-value]
 
 
+class GroupedStage(Stage):
+    """A stage whose network computes the dynamic batcher's requests of equal `batch_key`
+    (their shapes and whatever else changes the computation) together, `run_group` taking
+    one such group; a request alone is a batch of one (run_in_groups)."""
+
+    def batch_key(self, inputs: Inputs) -> Any:
+        raise NotImplementedError
+
+    def run_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def run(self, inputs: Inputs) -> dict[str, Any]:
+        (result,) = self.run_batch([inputs])
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def run_batch(self, batch: list[Inputs], ready: Callable[[int, Any], None] | None = None
+                  ) -> list[dict[str, Any] | Exception]:
+        return run_in_groups(batch, self.batch_key, self.run_group, ready)
+
+
 class StreamingStage(Stage):
     """Many responses per request (a decoupled model): `run` yields one output dict per
     chunk. chunk_index is numbered 0, 1, ... for you. A chunk that sets is_final is sent at

@@ -2,15 +2,15 @@
 context, batched by length."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ..protocol import AUDIO, SAMPLE_RATE, InvalidRequest
-from .stage import Inputs, Stage, run_in_groups
+from .stage import GroupedStage, Inputs
 
 
-class WindowDecoderStage(Stage):
+class WindowDecoderStage(GroupedStage):
     """A stateless chunk decoder (a causal codec or VAE): each request is a window of frames
     (`window` input, frames first) whose first `left_context` frames only give context, so
     the window's newer frames decode exactly as in the whole utterance. Windows of equal
@@ -29,24 +29,15 @@ class WindowDecoderStage(Stage):
         """[B, frames, ...] -> audio [B, frames * samples_per_frame]."""
         raise NotImplementedError
 
-    def run(self, inputs: Inputs) -> dict[str, Any]:
-        (result,) = self.run_batch([inputs])
-        if isinstance(result, Exception):
-            raise result
-        return result
-
-    def run_batch(self, batch: list[Inputs], ready: Callable[[int, Any], None] | None = None
-                  ) -> list[dict[str, Any] | Exception]:
-        return run_in_groups(batch, self.window_length, self.decode_group, ready)
-
-    def window_length(self, inputs: Inputs) -> int:
+    def batch_key(self, inputs: Inputs) -> int:
+        """The window's length (checked)."""
         window, context = inputs[self.window], int(inputs.scalar("left_context"))
         self.check_window(window)
         if not 0 <= context <= window.shape[0]:
             raise InvalidRequest(f"left_context {context} is not within the window's {window.shape[0]} frames")
         return window.shape[0]
 
-    def decode_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
+    def run_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
         audio = self.decode_windows(np.stack([np.asarray(inputs[self.window]) for inputs in members]))
         return [{AUDIO: audio[row, int(inputs.scalar("left_context")) * self.samples_per_frame:],
                  SAMPLE_RATE: self.sample_rate} for row, inputs in enumerate(members)]

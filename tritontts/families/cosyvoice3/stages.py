@@ -21,7 +21,7 @@ from ... import sampling
 from ...sampling import SAMPLING
 from ...protocol import (
     AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, decode_params)
-from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only, run_in_groups
+from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only, GroupedStage
 from ...text import normalize, split_sentences
 from ...engine.vllm_talker import VllmTalkerStage
 from .checkpoint import CosyVoice3Checkpoint
@@ -226,7 +226,7 @@ class CosyVoice3TalkerStage(VllmTalkerStage):
         yield tokens, chunker.finish(len(tokens))
 
 
-class CosyVoice3FlowStage(Stage):
+class CosyVoice3FlowStage(GroupedStage):
     """Speech tokens so far -> the mel of all of them (frames from 0), streaming attention.
     Stateless per chunk, so Triton may batch chunks of different streams on any instance."""
 
@@ -242,25 +242,16 @@ class CosyVoice3FlowStage(Stage):
         dit = self.flow.decoder.estimator
         dit.velocity_runner = stage_runner(velocity_graph(dit), context)
 
-    def run(self, inputs: Inputs) -> dict[str, Any]:
-        (result,) = self.run_batch([inputs])
-        if isinstance(result, Exception):
-            raise result
-        return result
-
-    def run_batch(self, batch: list[Inputs], ready=None) -> list[dict[str, Any] | Exception]:
+    @staticmethod
+    def batch_key(inputs: Inputs) -> tuple[int, int, tuple[int, ...], int, bool]:
         """Chunks of equal token, prompt and prompt-mel lengths (and finality), from any
         streams and voices, solve as one batch: every row starts from the same fixed noise
         and the DiT's attention is over its own row, so each equals its chunk alone."""
-        return run_in_groups(batch, self.chunk_shape, self.mel_group, ready)
-
-    @staticmethod
-    def chunk_shape(inputs: Inputs) -> tuple[int, int, tuple[int, ...], int, bool]:
         return (inputs["speech_tokens"].size, inputs["prompt_tokens"].size, inputs["prompt_mel"].shape,
                 inputs["embedding"].size, bool(inputs.scalar("segment_end")))
 
     @torch.inference_mode()
-    def mel_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
+    def run_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
         """[frames, 80] per chunk for its tokens (lookahead tokens give context only unless
         segment_end)."""
         if members[0]["speech_tokens"].size == 0:
@@ -287,7 +278,7 @@ class CosyVoice3FlowStage(Stage):
                                embedding=embedding, segment_end=np.array([segment_end])))["mel"]
 
 
-class CosyVoice3HiftStage(Stage):
+class CosyVoice3HiftStage(GroupedStage):
     """Full mel so far -> the audio not yet sent, stateless per chunk: what earlier chunks
     sent follows from token_offset (upstream's streaming contract, see hift.stream_hift)."""
 
@@ -304,20 +295,11 @@ class CosyVoice3HiftStage(Stage):
         self.hift.spectrum_runner = stage_runner(spectrum_graph(self.hift), context)
         self.sample_rate = int(checkpoint.config["sample_rate"])
 
-    def run(self, inputs: Inputs) -> dict[str, Any]:
-        (result,) = self.run_batch([inputs])
-        if isinstance(result, Exception):
-            raise result
-        return result
-
-    def run_batch(self, batch: list[Inputs], ready=None) -> list[dict[str, Any] | Exception]:
+    @staticmethod
+    def batch_key(inputs: Inputs) -> tuple[int, bool]:
         """Streams' mel of equal length (and finality) vocode as one batch: the network has
         no mask, and its excitation noise is a function of the sample index, the same in
         every row, so each row equals that mel vocoded alone."""
-        return run_in_groups(batch, self.mel_shape, self.vocode_group, ready)
-
-    @staticmethod
-    def mel_shape(inputs: Inputs) -> tuple[int, bool]:
         return inputs["mel"].shape[0], bool(inputs.scalar("segment_end"))
 
     def sent_before(self, token_offset: int) -> int:
@@ -325,10 +307,10 @@ class CosyVoice3HiftStage(Stage):
         return max(0, frames - self.hift.min_partial_frames) * SAMPLES_PER_FRAME
 
     @torch.inference_mode()
-    def vocode_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
+    def run_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
         from ...nn.hift import stream_hift
 
-        frames, segment_end = self.mel_shape(members[0])
+        frames, segment_end = self.batch_key(members[0])
         if frames == 0:
             return [{AUDIO: np.zeros(0, np.float32), SAMPLE_RATE: self.sample_rate} for _ in members]
         mel_so_far = torch.from_numpy(np.stack([np.asarray(m["mel"], np.float32) for m in members])) \

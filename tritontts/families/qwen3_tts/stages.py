@@ -23,7 +23,7 @@ from ...serving.lru import LRU
 from ...protocol import (
     AUDIO, at_least_one_row, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest,
     decode_params)
-from ...serving.stage import Inputs, Stage, StageContext, begin_request, run_in_groups
+from ...serving.stage import GroupedStage, Inputs, Stage, StageContext, begin_request
 from ... import sampling
 from ...sampling import SAMPLING
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
@@ -281,7 +281,7 @@ class Qwen3TTSTalkerStage(VllmTalkerStage):
         return {"codes": window, "left_context": context, IS_FINAL: final}
 
 
-class Qwen3TTSCode2WavStage(Stage):
+class Qwen3TTSCode2WavStage(GroupedStage):
     """A chunk's codes -> its 24 kHz audio, stateless: the left context frames make it equal
     to decoding the whole utterance (tritontts.families.qwen3_tts.code2wav.decode_chunk)."""
 
@@ -299,20 +299,11 @@ class Qwen3TTSCode2WavStage(Stage):
         self.codec.latents_runner = stage_runner(latents, context)
         self.codec.vocode_runner = stage_runner(vocoder, context)
 
-    def run(self, inputs: Inputs) -> dict[str, Any]:
-        (result,) = self.run_batch([inputs])
-        if isinstance(result, Exception):
-            raise result
-        return result
-
-    def run_batch(self, batch: list[Inputs], ready=None) -> list[dict[str, Any] | Exception]:
+    @staticmethod
+    def batch_key(inputs: Inputs) -> tuple[int, int]:
         """Chunks of equal length and left context, from any streams, decode as one batch
         (the network has no mask: its convolutions and windowed attention see only the
         chunk, so equal shapes are exact)."""
-        return run_in_groups(batch, self.window_shape, self.decode_group, ready)
-
-    @staticmethod
-    def window_shape(inputs: Inputs) -> tuple[int, int]:
         codes, context = inputs["codes"], int(inputs.scalar("left_context"))
         if codes.ndim != 2 or not 0 <= context <= codes.shape[0]:
             raise InvalidRequest(f"codes [frames, codebooks] with left_context within its frames, got "
@@ -320,7 +311,7 @@ class Qwen3TTSCode2WavStage(Stage):
         return codes.shape[0], context
 
     @torch.no_grad()
-    def decode_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
+    def run_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
         from .code2wav import decode_chunk
 
         codes = torch.from_numpy(np.stack([np.asarray(m["codes"], np.int64) for m in members])) \
