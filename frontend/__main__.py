@@ -29,6 +29,7 @@ from tritontts.deploy.profiles import DEFAULT_GPU_MEMORY_GIB, PROFILES, gpu_ids
 
 from .app import create_app
 from .media import MediaPolicy
+from .voices import VoiceError, check_writable
 
 
 def family_path(value: str) -> tuple[str, str]:
@@ -262,7 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: $TRITONTTS_API_KEY; unset: no key)")
     voices = parser.add_argument_group("voices and reference audio")
     voices.add_argument("--voices-dir", type=Path, default=default_voices_dir(),
-                        help="where uploaded voices are kept across restarts (default: %(default)s)")
+                        help="where uploaded voices are kept across restarts; fronts given one "
+                             "directory (a shared volume) share their voices (frontend/voices.py); "
+                             "must be writable, or creatable (default: %(default)s)")
     voices.add_argument("--preload-voices", type=Path, action="append", default=[], metavar="DIR",
                         help="a directory of precomputed voices (the --voices-dir layout) served "
                              "read-only (repeatable)")
@@ -409,6 +412,11 @@ def main(argv=None) -> int:
             from tritontts.engine.vllm_talker import KV_REQUESTS_ENV
 
             env[KV_REQUESTS_ENV] = str(args.kv_requests)
+        # Before tritonserver starts: a front that cannot keep uploads says so now.
+        try:
+            check_writable(args.voices_dir)
+        except VoiceError as exc:
+            raise LaunchError(f"--voices-dir: {exc}") from None
     except LaunchError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -456,16 +464,20 @@ def main(argv=None) -> int:
                 return 1
             triton.supervise()          # a tritonserver that dies is brought back
             triton_url = [triton.grpc_url]
-        app = create_app(triton_url, models, args.max_in_flight, args.request_timeout,
-                         checkpoints=served_checkpoints(families, extra_models, env),
-                         voices_dir=args.voices_dir, preload_voices=args.preload_voices,
-                         max_voices=args.max_voices,
-                         media=MediaPolicy(allowed_local_media_path=args.allowed_local_media_path,
-                                           allowed_hosts=frozenset(args.allow_media_host)),
-                         api_key=args.api_key,
-                         max_in_flight_per_model=dict(args.max_in_flight_per_model),
-                         stall_timeout_s=args.stall_timeout,
-                         served_names=served_names(args.served_model_name, models))
+        try:
+            app = create_app(triton_url, models, args.max_in_flight, args.request_timeout,
+                             checkpoints=served_checkpoints(families, extra_models, env),
+                             voices_dir=args.voices_dir, preload_voices=args.preload_voices,
+                             max_voices=args.max_voices,
+                             media=MediaPolicy(allowed_local_media_path=args.allowed_local_media_path,
+                                               allowed_hosts=frozenset(args.allow_media_host)),
+                             api_key=args.api_key,
+                             max_in_flight_per_model=dict(args.max_in_flight_per_model),
+                             stall_timeout_s=args.stall_timeout,
+                             served_names=served_names(args.served_model_name, models))
+        except VoiceError as exc:       # a --preload-voices directory missing, --voices-dir changed
+            print(f"voices: {exc}", file=sys.stderr, flush=True)
+            return 2
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
         server = uvicorn.Server(config)
         shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host

@@ -37,7 +37,7 @@ from .media import MediaError, MediaPolicy, resolve_audio
 from .protocol import FAMILY_FIELDS, SpeechRequest, error_body
 from .triton_client import (AudioChunk, SpeechClient, StageRejected, StageStalled, TritonBusy,
                            TritonUnavailable)
-from .voices import StoredVoice, VoiceStore
+from .voices import StoredVoice, VoiceError, VoiceStore
 
 logger = logging.getLogger("tritontts.frontend")
 
@@ -366,7 +366,10 @@ class SpeechService:
     def reference_params(self, stored: StoredVoice) -> dict[str, Any]:
         if stored.speaker_embedding is not None:
             return {"speaker_embedding": stored.speaker_embedding}
-        reference = self.voices.reference(stored)
+        try:
+            reference = self.voices.reference(stored)
+        except VoiceError as exc:       # deleted by another front since it was looked up
+            raise SpeechError(exc.status, str(exc), param=exc.param) from None
         params = {"ref_audio": base64.b64encode(reference).decode()}
         if stored.ref_text:
             params["ref_text"] = stored.ref_text

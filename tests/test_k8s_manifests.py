@@ -2,8 +2,9 @@
 and validated against the Kubernetes API schemas (kubernetes-validate, strict: unknown
 fields are errors), then checked for what the deployment promises: the front finds every
 tritonserver pod through the headless Service, readiness comes from Triton's and the
-front's health endpoints, Prometheus scrapes both, the GPU overlay asks for a GPU and the
-gpu profile, and the commands in the manifests parse with our own launchers' options."""
+front's health endpoints, Prometheus scrapes both, the front pods share one ReadWriteMany
+voices volume, the GPU overlay asks for a GPU and the gpu profile, and the commands in the
+manifests parse with our own launchers' options."""
 from __future__ import annotations
 
 import re
@@ -113,3 +114,26 @@ def test_the_gpu_overlay_asks_for_a_gpu_on_gpu_nodes_and_the_cpu_one_does_not():
     cpu_spec = cpu[("Deployment", "tritontts-triton")]["spec"]["template"]["spec"]
     assert "nvidia.com/gpu" not in str(cpu_spec) and "nodeSelector" not in cpu_spec
     assert container(cpu, "tritontts-triton")["image"] == "tritontts:cpu"
+
+
+def test_every_front_pod_keeps_uploaded_voices_on_one_shared_read_write_many_volume(rendered):
+    """The fronts are one voice store (frontend/voices.py): --voices-dir is on a writable
+    mount of a ReadWriteMany claim of its own, and there is more than one front to share it.
+    Fails if the flag is dropped (the image's default path is not on the volume), if the
+    mount is read-only or another path, or if the claim is ReadWriteOnce or the models one."""
+    _, docs = rendered
+    env = docs[("ConfigMap", "tritontts-config")]["data"]
+    deployment = docs[("Deployment", "tritontts-front")]
+    front = container(docs, "tritontts-front")
+    args = front_args([expand(a, env) for a in front["args"]])
+    assert "--voices-dir=/voices" in front["args"] and args.voices_dir == Path("/voices")
+    mounts = [m for m in front["volumeMounts"] if Path(m["mountPath"]) == args.voices_dir]
+    assert len(mounts) == 1 and not mounts[0].get("readOnly", False)
+    volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"]
+                  if v["name"] == mounts[0]["name"])
+    claim_ref = volume["persistentVolumeClaim"]
+    assert not claim_ref.get("readOnly", False)
+    claim = docs[("PersistentVolumeClaim", claim_ref["claimName"])]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert claim_ref["claimName"] != "tritontts-models"
+    assert deployment["spec"]["replicas"] > 1

@@ -85,6 +85,7 @@ NAMED = {
         "tests/glm_tts/test_glm_tts_vocoder.py": "GLM-TTS's HiFT against CosyVoice3's",
         "tests/server/test_serve_script.py": "a family that needs the full setup",
         "tests/server/test_speech_api_e2e.py": "the cloning family of the speech API's end-to-end run",
+        "tests/server/test_shared_voices_e2e.py": "the cloning family of two fronts sharing one voices directory",
         "tests/test_gpu_profile.py": "a stage config's parameter replaced",
         "tests/test_repository.py": "the repository checks' cloning family",
         "tests/test_runtime.py": "the runtime selection's example graph",

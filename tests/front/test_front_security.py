@@ -60,9 +60,10 @@ def test_an_unexpected_failure_is_a_500_without_internals(tmp_path):
 
 
 def test_an_exception_in_a_handler_is_a_json_500_with_an_incident_not_a_trace(tmp_path):
-    (tmp_path / "voices").write_text("a file where the voices folder should be")
     with TestClient(create_app("fake:0", ["piper", "cosyvoice3"], client=FakeTritonClient(),
                                voices_dir=tmp_path / "voices"), raise_server_exceptions=False) as c:
+        # After the start (which refuses such a folder): the upload fails unexpectedly.
+        (tmp_path / "voices").write_text("a file where the voices folder should be")
         r = c.post("/v1/audio/voices", data={"name": "a", "consent": "c", "ref_text": "Hi."},
                    files={"audio_sample": ("a.wav", wav(2.0), "audio/wav")})
         assert r.status_code == 500 and "incident" in r.json()["error"]["message"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import time
 
 import pytest
 from fake_triton import FakeTritonClient
@@ -81,9 +83,12 @@ def test_a_model_served_after_the_upload_encodes_the_kept_recording_on_first_use
         "cosyvoice3", "cosyvoice3-big"]
 
 
-def test_a_crash_mid_write_leaves_no_half_voice(tmp_path):
+def test_a_crash_mid_write_leaves_no_half_voice_and_its_stale_leftover_is_swept_at_start(tmp_path):
     (tmp_path / ".tmp-abc").mkdir()
-    (tmp_path / ".tmp-abc" / "voice.json").write_text("{half")
+    (tmp_path / ".tmp-abc" / "voice.json").write_text(json.dumps({"name": "abc", "consent": "x",
+                                                                  "created": 1}))
+    hour_ago = time.time() - 3600
+    os.utime(tmp_path / ".tmp-abc", (hour_ago, hour_ago))
     client, _ = front(tmp_path)
     with client:
         assert client.get("/v1/audio/voices").json()["uploaded_voices"] == []

@@ -1,0 +1,138 @@
+"""Two fronts over one real tritonserver, given one voices directory (what two front pods on
+a ReadWriteMany volume are): a voice uploaded on front A is spoken by name on front B, a
+delete on A is a 404 on B within a second, and two simultaneous uploads of one name, one to
+each front, land one voice (one success, one 409). cosyvoice3 on its tiny random checkpoint
+is the cloning family; one server start for the module."""
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from tritontts.families import FAMILIES
+from tritontts.testing.audio import decode, rms
+from tritontts.testing.stack import REPO, Stack, free_port, tiny_engine_args
+
+FAMILY = "cosyvoice3"
+REFERENCE_TEXT = "This is the reference voice."
+
+
+def reference_wav() -> bytes:
+    return base64.b64decode(FAMILIES[FAMILY].example_params()["ref_audio"])
+
+
+class SecondFront:
+    """`python -m frontend --triton-url` on another port, on the first front's tritonserver
+    and voices directory."""
+
+    def __init__(self, stack: Stack, voices, log):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "frontend", "--host", "127.0.0.1", "--port", str(self.port),
+             "--triton-url", stack.grpc_url, "--families", FAMILY, "--voices-dir", str(voices)],
+            cwd=REPO, env=stack.env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 120) -> "SecondFront":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"second front exited {self.proc.returncode}:\n{self.log.read_text()[-4000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(self.log.read_text()[-4000:])
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        return self.proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def fronts(stacks, random_checkpoints, caches, tmp_path_factory):
+    """(front A's URL, front B's URL, the shared voices directory)."""
+    stacks.close()          # one server at a time on this machine
+    stacks.prepare((FAMILY,))
+    voices = tmp_path_factory.mktemp("shared-voices")
+    stack = Stack(tmp_path_factory.mktemp("shared-voices-a"), (FAMILY,),
+                  {FAMILY: random_checkpoints.get(FAMILY)}, caches,
+                  extra_args=("--voices-dir", str(voices), *tiny_engine_args((FAMILY,)))).start()
+    second = None
+    try:
+        second = SecondFront(stack, voices, tmp_path_factory.mktemp("shared-voices-b") / "front.log")
+        second.wait_ready()
+        yield stack.url, second.url, voices
+    finally:
+        if second is not None:
+            assert second.stop() == 0, second.log.read_text()[-4000:]
+        assert stack.stop() == 0, stack.tail()
+
+
+def upload(url: str, name: str, consent: str = "rec-1") -> httpx.Response:
+    return httpx.post(url + "/v1/audio/voices", timeout=300,
+                      data={"name": name, "consent": consent, "ref_text": REFERENCE_TEXT},
+                      files={"audio_sample": ("reference.wav", reference_wav(), "audio/wav")})
+
+
+def speak(url: str, voice: str) -> httpx.Response:
+    return httpx.post(url + "/v1/audio/speech", timeout=300,
+                      json={"model": FAMILY, "input": "Hello there, friend.", "voice": voice,
+                            "response_format": "wav", "seed": 5})
+
+
+def test_a_voice_uploaded_on_one_front_speaks_on_the_other_and_a_delete_there_is_404_here_within_a_second(fronts):
+    a, b, voices = fronts
+    r = upload(a, "Shared")
+    assert r.status_code == 200, r.text
+    assert "Shared" in [v["name"] for v in httpx.get(b + "/v1/audio/voices").json()["uploaded_voices"]]
+    spoken = speak(b, "shared")
+    assert spoken.status_code == 200, spoken.text
+    audio, rate = decode(spoken.content)
+    assert rate == FAMILIES[FAMILY].sample_rate
+    assert audio.size / rate > 0 and np.isfinite(audio).all() and rms(audio) > 0   # not silent
+
+    assert httpx.delete(a + "/v1/audio/voices/Shared").status_code == 200
+    deleted_at = time.monotonic()
+    on_b = httpx.delete(b + "/v1/audio/voices/Shared")
+    elapsed = time.monotonic() - deleted_at
+    assert on_b.status_code == 404 and elapsed < 1.0, (on_b.status_code, elapsed, on_b.text)
+    assert "Shared" not in [v["name"] for v in httpx.get(b + "/v1/audio/voices").json()["uploaded_voices"]]
+    gone = speak(b, "Shared")           # the name is nobody now: cloning asks for a reference
+    assert gone.status_code == 400, gone.text
+    assert not (voices / "shared").exists()
+
+
+def test_one_name_uploaded_to_both_fronts_at_once_is_one_success_and_one_409(fronts):
+    a, b, voices = fronts
+    answers: dict[str, httpx.Response] = {}
+    start = threading.Barrier(2)
+
+    def post(key: str, url: str):
+        start.wait()
+        answers[key] = upload(url, "Twice", consent=f"rec-{key}")
+
+    threads = [threading.Thread(target=post, args=item) for item in (("A", a), ("B", b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    statuses = sorted(r.status_code for r in answers.values())
+    assert statuses == [200, 409], {k: r.text for k, r in answers.items()}
+    winner = next(k for k, r in answers.items() if r.status_code == 200)
+    for url in (a, b):
+        listed = {v["name"]: v for v in httpx.get(url + "/v1/audio/voices").json()["uploaded_voices"]}
+        assert listed["Twice"]["consent"] == f"rec-{winner}"
+    assert sorted(p.name for p in voices.iterdir() if not p.name.startswith(".tmp-")) == ["twice"]
+    assert speak(b, "Twice").status_code == 200
+    assert httpx.delete(b + "/v1/audio/voices/Twice").status_code == 200
