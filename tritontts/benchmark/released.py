@@ -1,16 +1,19 @@
 """Released-size smoke benchmark: each family's random checkpoint at its released size (the
-family's writer, size "released"; written once into --cache and reused), served alone with
+family's writer, size "released"; written once into --cache and reused; a family with no
+writer serves the released weights it ships), served alone with
 default flags on this machine, as a user would start it. Per family: whether it starts (and
 the launcher's message if not), start-up cold (the first start on a new cache: exports,
 engine builds) and warm (the same caches again), the stack's peak proportional set size,
 time to first audio and real-time factor of one request, and whether 4 requests at once are
 all served, with the KV capacity the talkers logged (4 full-length requests hold, so vLLM
-never preempts them). Not a test: hours on a 2-core machine for every family.
+never preempts them). Where a family takes `max_new_tokens`, requests are capped at 100
+frames: random weights rarely stop on their own. Not a test: hours on a 2-core machine for every family.
 
   .venv/bin/python -m tritontts.benchmark.released --families FAMILY,FAMILY \\
       --cache ~/.cache/tritontts-released --out docs/benchmarks/released
 
-Writes results.json and report.md (a table per family) into --out. Nothing here names a
+Writes results.json and report.md (a row per family) into --out, keeping the rows of families
+not run this time. Nothing here names a
 family: each takes part through its Family descriptor.
 """
 from __future__ import annotations
@@ -34,6 +37,7 @@ from .report import machine
 
 GIB = 2 ** 30
 CONCURRENT = 4
+MAX_NEW_TOKENS = 100      # frames per request where a family takes max_new_tokens (4-8 s of audio)
 
 
 def pss_bytes(pids) -> int:
@@ -117,18 +121,23 @@ def logged_capacity(stack) -> dict[str, float]:
     return {stage: float(n) for stage, n in re.findall(r"(\w+): the KV cache holds ([\d.]+) requests", log)}
 
 
-def measure(name: str, checkpoint: Path, work: Path, timeout: float) -> dict[str, Any]:
+def measure(name: str, checkpoint: Path | None, work: Path, timeout: float) -> dict[str, Any]:
     from ..testing.stack import Stack
 
     family = FAMILIES[name]
     rate = family.capabilities.sample_rate
-    body = request_bodies(name, family.example_params(), seeded=True, texts=TEXTS)
+    extra = family.example_params()
+    if "max_new_tokens" in family.fields.takes:
+        # Random weights rarely stop on their own: a talker would run to its full length.
+        extra.setdefault("max_new_tokens", MAX_NEW_TOKENS)
+    body = request_bodies(name, extra, seeded=True, texts=TEXTS)
     caches = work / "caches"
-    result: dict[str, Any] = {"family": name, "checkpoint": str(checkpoint)}
+    result: dict[str, Any] = {"family": name, "checkpoint": str(checkpoint) if checkpoint else "shipped"}
+    checkpoints = {name: checkpoint} if checkpoint else {}
     shutil.rmtree(work, ignore_errors=True)          # a cold start: no cache of an earlier run
     for folder in ("cold", "warm", "caches"):
         (work / folder).mkdir(parents=True, exist_ok=True)
-    stack = Stack(work / "cold", (name,), {name: checkpoint}, caches)
+    stack = Stack(work / "cold", (name,), checkpoints, caches)
     with PeakPss(stack) as peak:
         result["cold_start_s"], result["refused"] = started(stack, timeout)
         if result["refused"] is None:
@@ -143,7 +152,7 @@ def measure(name: str, checkpoint: Path, work: Path, timeout: float) -> dict[str
                 stack.stop()
     result["peak_pss_gib"] = round(peak.peak / GIB, 2)
     if result["refused"] is None:
-        warm = Stack(work / "warm", (name,), {name: checkpoint}, caches)
+        warm = Stack(work / "warm", (name,), checkpoints, caches)
         result["warm_start_s"], again = started(warm, timeout)
         warm.stop()
         if again:
@@ -154,6 +163,8 @@ def measure(name: str, checkpoint: Path, work: Path, timeout: float) -> dict[str
 def report(results: list[dict[str, Any]]) -> str:
     lines = ["# Released-size random checkpoints, each served alone with default flags", "",
              f"Machine: {json.dumps(machine())}", "",
+             f"Requests: the load benchmark's texts, seeded, streamed as PCM; capped at {MAX_NEW_TOKENS} frames "
+             "(max_new_tokens) where the family takes it. A family's row is from its own run.", "",
              "| family | starts | cold start | warm start | peak PSS | first audio | RTF (1) | "
              f"{CONCURRENT} at once | KV holds (requests) |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -175,7 +186,8 @@ def report(results: list[dict[str, Any]]) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tritontts.benchmark.released", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--families", default=",".join(n for n, f in FAMILIES.items() if f.write_random_checkpoint))
+    p.add_argument("--families", default=",".join(FAMILIES),
+                   help="a family without a random checkpoint writer is served from the checkpoint it ships")
     p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "tritontts-released",
                    help="where the released-size checkpoints are written once and reused")
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks/released"))
@@ -183,21 +195,26 @@ def main(argv=None) -> int:
     p.add_argument("--start-timeout", type=float, default=3600.0)
     args = p.parse_args(argv)
     names = [n.strip() for n in args.families.split(",") if n.strip()]
-    unknown = [n for n in names if n not in FAMILIES or not FAMILIES[n].write_random_checkpoint]
+    unknown = [n for n in names if n not in FAMILIES]
     if unknown:
-        p.error(f"no random checkpoint writer for {', '.join(unknown)}")
+        p.error(f"unknown families: {', '.join(unknown)}")
     args.out.mkdir(parents=True, exist_ok=True)
-    results = []
+    # Rows of families not run this time are kept: one report for runs made family by family.
+    kept = args.out / "results.json"
+    results = [r for r in (json.loads(kept.read_text()) if kept.exists() else []) if r["family"] not in names]
     for name in names:
         checkpoint = args.cache / f"{name}-{args.size}"
         written = args.cache / f"{name}-{args.size}.written"
-        if not written.exists():
+        if not FAMILIES[name].write_random_checkpoint:
+            checkpoint = None                        # the released weights it ships
+        elif not written.exists():
             began = time.monotonic()
             FAMILIES[name].write_random_checkpoint(checkpoint, size=args.size)
             written.write_text(f"{time.monotonic() - began:.0f} s\n")
-        print(f"{name}: serving {checkpoint}", flush=True)
+        print(f"{name}: serving {checkpoint or 'the checkpoint it ships'}", flush=True)
         results.append(measure(name, checkpoint, args.cache / "work" / name, args.start_timeout))
         print(json.dumps(results[-1]), flush=True)
+        results.sort(key=lambda r: list(FAMILIES).index(r["family"]))
         (args.out / "results.json").write_text(json.dumps(results, indent=1))
         (args.out / "report.md").write_text(report(results))
     return 0
