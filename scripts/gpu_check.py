@@ -12,8 +12,11 @@ into docs/benchmarks.md. Steps, each a block of rows in the table:
                    what decides whether the gpu profile's precision=fp16 stands)
   3. networks      released sizes, random weights: PyTorch eager vs TensorRT fp16 vs
                    onnxruntime CUDA per network at streaming shapes (median ms)
-  4. contract      the family contract suite (tests/contract) with the gpu profile
-  5. serving       released-size random checkpoints served with --profile gpu: time to
+  4. batching      released sizes, random weights: each stage that computes Triton's
+                   batches together, batch 1 / 4 / 8, one call vs one by one
+                   (tritontts.benchmark.batching; docs/benchmarks.md, "Batched compute")
+  5. contract      the family contract suite (tests/contract) with the gpu profile
+  6. serving       released-size random checkpoints served with --profile gpu: time to
                    first audio and real-time factor at concurrency 1 and 8
 
 --cpu-dry-run runs the same code on this CPU at tiny sizes with the TensorRT rows marked
@@ -145,6 +148,20 @@ def networks(work: Path, device: str, released: bool) -> None:
                    for name, ms in timings.items() if name != "torch"})
 
 
+def batching(work: Path, device: str, released: bool) -> None:
+    """Batched compute on vs off per stage (tritontts.benchmark.batching), batch 1 / 4 / 8."""
+    from tritontts.benchmark.batching import checkpoint_at, measure_family
+
+    for name, family in FAMILIES.items():
+        if not family.batch_cases:
+            continue
+        path = checkpoint_at(name, "released" if released else "tiny", work / "batching")
+        for r in measure_family(name, path, device, rounds=3 if released else 1):
+            row("batching", f"{r['stage']} batch {r['batch']} ({r['shape']})",
+                f"req/s on {r['on']['requests_per_s']:.2f}, off {r['off']['requests_per_s']:.2f}",
+                on_over_off=r["ratio"], audio_s_per_s_on=r["on"]["audio_s_per_s"])
+
+
 def contract(device: str) -> None:
     env = {**os.environ, "TRITONTTS_PROFILE": "gpu" if device.startswith("cuda") else "cpu"}
     start = time.perf_counter()
@@ -216,6 +233,7 @@ def main(argv=None) -> int:
     step("environment", environment, device)
     step("engines", engines, work, device)
     step("networks", networks, work, device, released)
+    step("batching", batching, work, device, released)
     if not args.skip_contract:
         step("contract", contract, device)
     if not args.skip_serving:

@@ -43,3 +43,19 @@ def test_a_bad_key_fails_alone_and_a_failing_group_is_retried_one_request_at_a_t
     assert np.array_equal(results[0]["y"], [1, 1]) and np.array_equal(results[3]["y"], [2, 2])
     with pytest.raises(ValueError):       # the control: the group alone does fail
         compute([batch[0], batch[2]])
+
+
+def test_max_rows_splits_a_group_into_calls_of_at_most_that_many_rows_keeping_each_result():
+    calls = []
+
+    def compute(members):
+        calls.append(len(members))
+        return [{"y": m["x"] + 1} for m in members]
+
+    batch = [Inputs(x=np.arange(3, dtype=np.float32) + k) for k in range(5)]
+    results = run_in_groups(batch, shape, compute, max_rows=2)
+    assert calls == [2, 2, 1]
+    assert all(np.array_equal(r["y"], b["x"] + 1) for r, b in zip(results, batch))
+    calls.clear()
+    run_in_groups(batch, shape, compute)            # the control: no cap, one call
+    assert calls == [5]

@@ -97,6 +97,63 @@ def test_a_stream_runs_one_chunk_at_a_time_while_other_streams_use_the_other_wor
     assert max(busy_streams) == 2            # but both workers were busy with both streams
 
 
+def test_a_lone_streams_first_chunk_runs_alone_and_its_later_chunks_fill_the_idle_workers():
+    sched = ChunkScheduler(workers=2, chunks_per_stream=1, later_chunks_per_stream=2)
+    lock = threading.Lock()
+    running = [0]
+    beside: dict[int, int] = {}       # chunk index -> most chunks of the stream running with it
+    done = threading.Event()
+    delivered = []
+
+    def work(index):
+        with lock:
+            running[0] += 1
+            beside[index] = running[0]
+        time.sleep(0.05)
+        with lock:
+            beside[index] = max(beside[index], running[0])
+            running[0] -= 1
+        return index
+
+    def deliver(result):
+        delivered.append(result)
+        if len(delivered) == 5:
+            done.set()
+
+    for index in range(5):
+        sched.submit(1, index, index == 4, lambda i=index: work(i), deliver)
+    assert done.wait(10)
+    sched.close()
+    assert delivered == [0, 1, 2, 3, 4]      # still released in order
+    assert beside[0] == 1                    # the first chunk had the workers to itself
+    assert max(beside[i] for i in range(1, 5)) == 2   # later ones ran two at a time
+
+
+def test_a_streams_extra_later_chunk_takes_a_worker_only_when_no_other_streams_chunk_could():
+    sched = ChunkScheduler(workers=2, chunks_per_stream=1, later_chunks_per_stream=2)
+    gate, running = threading.Event(), threading.Event()
+    started: list[tuple[int, int]] = []
+    out = threading.Semaphore(0)
+    for stream, last in ((1, 0), (2, 4)):        # both streams' first chunks are out
+        for index in range(last + 1):
+            sched.submit(stream, index, False, lambda: None, lambda r: out.release())
+    for _ in range(6):
+        assert out.acquire(timeout=5)
+    sched.submit(1, 1, False, lambda: (running.set(), gate.wait(5)), lambda r: out.release())
+    assert running.wait(5)
+    # Stream 1's chunk 2 has the lower index, but stream 2's chunk 5 may start within the
+    # base limit, so it gets the idle worker.
+    sched.submit(1, 2, False, lambda: (started.append((1, 2)), gate.wait(5)), lambda r: out.release())
+    sched.submit(2, 5, False, lambda: (started.append((2, 5)), gate.wait(5)), lambda r: out.release())
+    time.sleep(0.2)
+    assert started == [(2, 5)]
+    gate.set()
+    for _ in range(3):
+        assert out.acquire(timeout=5)
+    sched.close()
+    assert started == [(2, 5), (1, 2)]
+
+
 def test_alone_is_true_only_for_a_job_with_nothing_else_running_or_ready():
     from tritontts.serving.scheduling import alone
 

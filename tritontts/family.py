@@ -105,6 +105,17 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class BatchCase:
+    """A stage whose network computes Triton's batches together, and the requests it is
+    measured on (tritontts.benchmark.batching, scripts/gpu_check.py)."""
+    stage: str                          # its model's name (model_repository/<stage>)
+    load: Callable[[Any], Any]          # StageContext -> the stage on the opened checkpoint
+    request: Callable[[int], Any]       # k -> the k-th request's Inputs, all of one batch_key
+    audio_seconds: float                # the audio one request makes
+    shape: str                          # what a request is, in words
+
+
+@dataclass(frozen=True)
 class Family:
     name: str                             # OpenAI `model` value and the ensemble's name
     description: str
@@ -133,6 +144,9 @@ class Family:
     # The networks of its non-autoregressive stages that may run on onnxruntime or TensorRT
     # (tritontts.nn.runtime Graphs) of an opened checkpoint: what build/export.py exports.
     graphs: Callable[[Any], list] | None = None
+    # Its stages whose network computes Triton's batches together (GroupedStage), each with
+    # a request at streaming shapes, of an opened checkpoint (tritontts.benchmark.batching).
+    batch_cases: Callable[[Any], list] | None = None
     example_params: Callable[[], dict[str, Any]] = field(default=dict)
     # Checkpoint variants the contract suite also runs (e.g. Qwen3-TTS's kinds), by name.
     variants: dict[str, Variant] = field(default_factory=dict)

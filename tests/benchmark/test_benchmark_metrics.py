@@ -84,3 +84,32 @@ def test_the_released_size_report_has_a_row_per_family_served_or_refused_with_it
     rows = report([served, refused]).splitlines()
     assert "| a | yes | 95 s | 41 s | 9.5 GiB | 1.25 s | 2.00 | 4/4 in 20.5 s | a_talker: 4.00 |" in rows
     assert any(r.startswith("| b | no: b_talker: does not fit: weights 16.00 GiB / KV |") for r in rows)
+
+
+def test_the_batching_benchmark_runs_a_batch_as_one_call_on_and_request_by_request_off():
+    import numpy as np
+
+    from pathlib import Path
+
+    from tritontts.benchmark.batching import measure_case, table
+    from tritontts.family import BatchCase
+    from tritontts.serving.stage import GroupedStage, Inputs, StageContext
+
+    calls: list[int] = []
+
+    class Counting(GroupedStage):
+        def batch_key(self, inputs):
+            return inputs["x"].shape
+
+        def run_group(self, members):
+            calls.append(len(members))
+            return [{"y": m["x"] * 2} for m in members]
+
+    stage = Counting(StageContext("counting", Path(".")))
+    case = BatchCase("counting", lambda context: stage, lambda k: Inputs(x=np.full(3, k)), 0.5, "3 values")
+    rows = measure_case(case, stage, batches=(1, 4), rounds=2)
+    # the set-up call (1), then per size on/off alternating over 2 rounds: 1,[1], then 4,[1,1,1,1] twice
+    assert calls == [1] + [1, 1, 1, 1] + [4, 1, 1, 1, 1, 1, 1, 1, 1, 4]
+    assert [r["batch"] for r in rows] == [1, 4]
+    assert rows[1]["on"]["audio_s_per_s"] == pytest.approx(rows[1]["on"]["requests_per_s"] * 0.5)
+    assert "| counting | 3 values | 4 |" in table([{"family": "f", **r} for r in rows])

@@ -95,3 +95,31 @@ def test_a_segment_whose_first_segment_is_unknown_fails_alone(prompt, generator)
     failed, fine = generator.run_batch([later, other])
     assert isinstance(failed, RuntimeError) and "first segment" in str(failed)
     assert isinstance(fine, dict)
+
+
+def test_the_decoder_decodes_a_batch_of_mixed_lengths_as_each_alone_and_fails_only_the_bad_one(checkpoint):
+    """Segments of two lengths from several streams, with and without a reference's
+    loudness, in one batch: each equals its segment decoded alone within 1e-5; malformed
+    codes beside them fail alone with what to fix."""
+    from tritontts.protocol import InvalidRequest
+
+    decoder = stages.OmniVoiceDecoderStage(StageContext("omnivoice_decoder", checkpoint.root), checkpoint)
+    rng = np.random.default_rng(0)
+    size = decoder.decoder.cfg.codebook_size
+
+    def segment(frames, ref_rms=0.0, speed=1.0, width=8):
+        return Inputs(codes=rng.integers(0, size, (frames, width)).astype(np.int32),
+                      ref_rms=np.array([ref_rms], np.float32), speed=np.array([speed], np.float32))
+
+    batch = [segment(6), segment(11, ref_rms=0.05), segment(6, speed=1.5), segment(6, width=3),
+             segment(11), segment(6, ref_rms=0.02)]
+    together = decoder.run_batch(batch)
+    assert isinstance(together[3], InvalidRequest) and "[frames, 8]" in str(together[3])
+    for i, result in enumerate(together):
+        if i == 3:
+            continue
+        alone = decoder.run(batch[i])["audio"]
+        assert result["audio"].shape == alone.shape and np.abs(alone).max() > 0
+        assert np.abs(result["audio"] - alone).max() <= 1e-5, i
+    # the control: two different segments of one length decode differently
+    assert np.abs(together[0]["audio"][:4000] - together[5]["audio"][:4000]).max() > 1e-4

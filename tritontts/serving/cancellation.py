@@ -79,6 +79,8 @@ def _sweep(directory: Path) -> None:
 class CancelStage(Stage):
     """model_repository/tritontts_cancel: marks a request id cancelled."""
 
+    one_by_one = "bookkeeping: a cancel marks a request id, no computation"
+
     def run(self, inputs: Inputs) -> dict[str, Any]:
         request(str(inputs.scalar(REQUEST_ID, "")))
         return {"cancelled": True}

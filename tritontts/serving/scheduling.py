@@ -18,9 +18,14 @@ audio stays early while playing streams do not stall (underruns, tritontts.bench
 A stream runs at most `chunks_per_stream` chunks at once (default 1): its first chunk then
 has the cores to itself instead of sharing them with its own second chunk, which it would
 otherwise delay (its audio plays for far longer than the next chunk takes to make), while
-other streams still keep every worker busy. A job that starts when no other job runs and
-none could start (`alone()` is true on its worker thread) may use every core, e.g. a wider
-onnxruntime session; under load each job gets its own core.
+other streams still keep every worker busy. Once its first chunk is out, a stream may run
+up to `later_chunks_per_stream` at once (default: the same) on workers that would
+otherwise idle: only when no chunk is startable within the base limit, so under load
+nothing changes, and a lone stream's later chunks use every worker (each chunk's own
+resources, e.g. its thread count, stay what its index says, so results do not depend on
+the load). A job that starts when no other job runs and none could start (`alone()` is
+true on its worker thread) may use every core, e.g. a wider onnxruntime session; under
+load each job gets its own core.
 """
 from __future__ import annotations
 
@@ -64,12 +69,13 @@ class _Stream:
 
 class ChunkScheduler:
     def __init__(self, workers: int, name: str = "chunks", chunks_per_stream: int = 1,
-                 played: Callable[[Any], float] | None = None,
+                 later_chunks_per_stream: int | None = None, played: Callable[[Any], float] | None = None,
                  first_audio_target: float = 0.5, margin: float = 0.5):
         self._queue: list[_Job] = []
         self._streams: dict[int, _Stream] = {}
         self._running: dict[int, int] = {}     # stream id -> its chunks on a worker now
         self._chunks_per_stream = chunks_per_stream
+        self._later_chunks_per_stream = later_chunks_per_stream or chunks_per_stream
         self._played = played
         self._first_audio_target, self._margin = first_audio_target, margin
         self._lock = threading.Condition()
@@ -95,8 +101,15 @@ class ChunkScheduler:
         for t in self._threads:
             t.join(timeout=5)
 
-    def _startable(self, job: _Job) -> bool:
-        return self._running.get(job.stream_id, 0) < self._chunks_per_stream
+    def _startable(self, job: _Job, idle: bool = False) -> bool:
+        """Whether `job` may start now; `idle`: no job is startable within the base limit,
+        so a stream whose first chunk is out may use its later limit."""
+        limit = self._chunks_per_stream
+        if idle:
+            stream = self._streams.get(job.stream_id)
+            if stream is not None and stream.next_index > 0:     # its first chunk is out
+                limit = self._later_chunks_per_stream
+        return self._running.get(job.stream_id, 0) < limit
 
     def _deadline(self, job: _Job) -> float:
         stream = self._streams.get(job.stream_id)
@@ -107,7 +120,8 @@ class ChunkScheduler:
     def _take(self) -> _Job | None:
         """The job to start now, off the queue (None: none can start now): the earliest
         chunk index first, or with `played`, the earliest deadline."""
-        startable = [j for j in self._queue if self._startable(j)]
+        startable = ([j for j in self._queue if self._startable(j)]
+                     or [j for j in self._queue if self._startable(j, idle=True)])
         if not startable:
             return None
         if self._played is None:

@@ -104,6 +104,11 @@ class Inputs(dict):
         return self[name].reshape(-1)
 
 
+# The reason of the stages that prepare a request for the networks after them.
+PREPARES_REQUESTS = ("per-request preparation: text normalizing and tokenizing in Python, and a reference's "
+                     "features, cached by content, so its encoders run once per voice, not per chunk")
+
+
 class Stage:
     """One response per request: `run` returns the outputs by name. Outputs the config
     declares that are also inputs (stream_id, chunk_index, is_final, forwarded tensors) are
@@ -112,6 +117,11 @@ class Stage:
     # A stage computing with torch sets this: its process's torch then runs on the config's
     # `torch_threads` parameter (default 1) threads, set once as the stage is built.
     uses_torch = False
+    # Why the requests of a batch Triton hands this stage are computed one after another; a
+    # stage whose config batches must compute a batch together (GroupedStage, run_batch),
+    # run on a ChunkScheduler's workers (decoupled, one response), talk through an engine
+    # (EngineStage), or say why here (tests/contract/test_batched_compute.py).
+    one_by_one: str | None = None
 
     def __init__(self, context: StageContext):
         self.context = context
@@ -150,13 +160,15 @@ class Stage:
 
 def run_in_groups(batch: list[Inputs], key: Callable[[Inputs], Any],
                   compute: Callable[[list[Inputs]], list[dict[str, Any]]],
-                  ready: Callable[[int, Any], None] | None = None) -> list[dict[str, Any] | Exception]:
+                  ready: Callable[[int, Any], None] | None = None,
+                  max_rows: int = 0) -> list[dict[str, Any] | Exception]:
     """A stage's run_batch for a network without masks: the requests whose `key` (their
     shapes, and whatever else changes the computation) is equal are computed together by
-    `compute(members)`, one result per member, in one call; requests of another key in
-    another. A request whose `key` raises fails alone; a group whose compute raises is
-    computed again one request at a time, so only the request that fails fails. `ready`
-    is told of each group's results as they are done."""
+    `compute(members)`, one result per member, in one call (at most `max_rows` per call;
+    0: the whole group); requests of another key in another. A request whose `key` raises
+    fails alone; a group whose compute raises is computed again one request at a time, so
+    only the request that fails fails. `ready` is told of each group's results as they
+    are done."""
     results: list[dict[str, Any] | Exception | None] = [None] * len(batch)
     groups: dict[Any, list[int]] = {}
     for i, inputs in enumerate(batch):
@@ -166,7 +178,9 @@ def run_in_groups(batch: list[Inputs], key: Callable[[Inputs], Any],
             results[i] = exc
             if ready is not None:
                 ready(i, exc)
-    for members in groups.values():
+    calls = [group[at:at + (max_rows or len(group))] for group in groups.values()
+             for at in range(0, len(group), max_rows or len(group))]
+    for members in calls:
         try:
             outputs: list[dict[str, Any] | Exception] = list(compute([batch[i] for i in members]))
         except Exception as exc:  # noqa: BLE001 - find the request that fails
@@ -182,7 +196,9 @@ def run_in_groups(batch: list[Inputs], key: Callable[[Inputs], Any],
 class GroupedStage(Stage):
     """A stage whose network computes the dynamic batcher's requests of equal `batch_key`
     (their shapes and whatever else changes the computation) together, `run_group` taking
-    one such group; a request alone is a batch of one (run_in_groups)."""
+    one such group; a request alone is a batch of one (run_in_groups). The config's
+    `max_rows_per_call` parameter caps the rows of one call (0, the default: no cap; 1:
+    one by one, where a device computes a batch no faster than its rows in turn)."""
 
     def batch_key(self, inputs: Inputs) -> Any:
         raise NotImplementedError
@@ -198,7 +214,8 @@ class GroupedStage(Stage):
 
     def run_batch(self, batch: list[Inputs], ready: Callable[[int, Any], None] | None = None
                   ) -> list[dict[str, Any] | Exception]:
-        return run_in_groups(batch, self.batch_key, self.run_group, ready)
+        return run_in_groups(batch, self.batch_key, self.run_group, ready,
+                             self.context.int_parameter("max_rows_per_call", 0))
 
 
 class StreamingStage(Stage):

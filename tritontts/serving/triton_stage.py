@@ -140,6 +140,7 @@ class TritonPythonModel:
             self.scheduler = ChunkScheduler(
                 context.int_parameter("workers", 2), context.name,
                 context.int_parameter("chunks_per_stream", 1),
+                context.int_parameter("later_chunks_per_stream", 0) or None,
                 played=audio_seconds if makes_audio else None,
                 first_audio_target=context.int_parameter("first_audio_target_ms", 500) / 1000,
                 margin=context.int_parameter("playback_margin_ms", 500) / 1000)

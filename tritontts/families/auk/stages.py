@@ -27,7 +27,7 @@ import torch
 from ...protocol import (
     AUDIO, CHUNK_INDEX, IS_FINAL, MAX_INPUT_CHARS, PARAMS, SAMPLE_RATE, STREAM_ID, TEXT, VOICE,
     InvalidRequest, at_least_one_row, decode_params)
-from ...serving.stage import Inputs, Stage, StageContext, StreamingStage, default_voice_only
+from ...serving.stage import PREPARES_REQUESTS, Inputs, Stage, StageContext, StreamingStage, default_voice_only
 from ...engine.vllm_talker import VllmTalkerStage
 from .checkpoint import AuKCheckpoint
 from .family import FAMILY
@@ -62,6 +62,8 @@ def schedule_for(checkpoint: AuKCheckpoint, params: AuKParams) -> tuple[tuple[fl
 
 
 class AuKPromptStage(Stage):
+    one_by_one = PREPARES_REQUESTS
+
     uses_torch = True
 
     def __init__(self, context: StageContext, checkpoint: AuKCheckpoint | None = None):
@@ -246,6 +248,9 @@ class AuKVAEStage(StreamingStage):
     again (52 frames back, 7 ahead at released size), so few, growing chunks keep that
     overhead small while a player that started on the first chunk is kept fed whenever the
     decoder runs faster than real time."""
+
+    one_by_one = ("each request is a whole utterance decoded in its own chunk plan, one response per chunk, "
+                  "and a stream's next chunk waits on its last; requests of a batch run in turn")
 
     uses_torch = True
 

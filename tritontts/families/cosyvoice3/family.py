@@ -53,5 +53,6 @@ FAMILY = Family(
     released_names=("FunAudioLLM/Fun-CosyVoice3-0.5B-2512",),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     graphs=lazy(__package__, ".stages:export_graphs"),
+    batch_cases=lazy(__package__, ".batching:batch_cases"),
     example_params=_example_params,
 )

@@ -21,7 +21,8 @@ from ... import sampling
 from ...sampling import SAMPLING
 from ...protocol import (
     AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, decode_params)
-from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only, GroupedStage
+from ...serving.stage import (
+    PREPARES_REQUESTS, GroupedStage, Inputs, Stage, StageContext, begin_request, default_voice_only)
 from ...text import normalize, split_sentences
 from ...engine.vllm_talker import VllmTalkerStage
 from .checkpoint import CosyVoice3Checkpoint
@@ -82,6 +83,8 @@ class TalkJob:
 class CosyVoice3PromptStage(Stage):
     """Text ids per segment, and the reference's speech tokens, speaker embedding and
     prompt mel (cached by content)."""
+
+    one_by_one = PREPARES_REQUESTS
 
     def __init__(self, context: StageContext, checkpoint: CosyVoice3Checkpoint | None = None):
         super().__init__(context)

@@ -27,7 +27,7 @@ from ...serving.lru import LRU
 from ...sampling import SAMPLING
 from ...protocol import (
     AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, decode_params)
-from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only
+from ...serving.stage import PREPARES_REQUESTS, Inputs, Stage, StageContext, begin_request, default_voice_only
 from ...engine.vllm_talker import FrameChunkTalkerStage
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .checkpoint import CODEC_FILE, CONFIG_FILE, FishCheckpoint
@@ -52,6 +52,8 @@ def load_served_codec(checkpoint: FishCheckpoint, device: str | torch.device = "
 
 class FishS2ProPromptStage(Stage):
     """The talker's prompt for one request (tritontts.families.fish_s2_pro.prompt)."""
+
+    one_by_one = PREPARES_REQUESTS
 
     uses_torch = True
 

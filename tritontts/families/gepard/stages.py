@@ -21,6 +21,7 @@ import torch
 from ...weights.checkpoint import CheckpointError
 from ...protocol import STREAM_ID, InvalidRequest
 from ...serving.stage import (
+    PREPARES_REQUESTS,
     Inputs, Stage, StageContext, begin_request, default_voice_only)
 from ...serving.window_decoder import WindowDecoderStage
 from ...engine.vllm_talker import FrameChunkTalkerStage
@@ -44,6 +45,8 @@ def load_served_codec(checkpoint: GepardCheckpoint, device: str | torch.device =
 
 
 class GepardPromptStage(Stage):
+    one_by_one = PREPARES_REQUESTS
+
     def __init__(self, context: StageContext, checkpoint: GepardCheckpoint | None = None):
         from .prompt import GepardPromptBuilder
 

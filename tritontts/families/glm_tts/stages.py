@@ -30,7 +30,7 @@ from ...sampling import SAMPLING
 from ...protocol import (
     AUDIO, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, at_least_one_row,
     decode_params)
-from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only
+from ...serving.stage import PREPARES_REQUESTS, Inputs, Stage, StageContext, begin_request, default_voice_only
 from ...text import normalize, split_sentences
 from ...engine.vllm_talker import VllmTalkerStage
 from .checkpoint import GLMTTSCheckpoint
@@ -72,6 +72,8 @@ def text_segments(text: str) -> list[str]:
 class GLMTTSPromptStage(Stage):
     """Text ids per segment, and the reference's transcript ids, speech tokens, speaker
     embedding and prompt mel (cached by content)."""
+
+    one_by_one = PREPARES_REQUESTS
 
     uses_torch = True
 

@@ -32,7 +32,7 @@ from ...sampling import SAMPLING
 from ...protocol import (
     AUDIO, at_least_one_row, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest,
     decode_params)
-from ...serving.stage import Inputs, Stage, StageContext, begin_request, default_voice_only
+from ...serving.stage import PREPARES_REQUESTS, Inputs, Stage, StageContext, begin_request, default_voice_only
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .checkpoint import HiggsAudioV2Checkpoint
@@ -59,6 +59,8 @@ def codec_context_frames(checkpoint: HiggsAudioV2Checkpoint) -> int:
 
 
 class HiggsAudioV2PromptStage(Stage):
+    one_by_one = PREPARES_REQUESTS
+
     uses_torch = True
 
     def __init__(self, context: StageContext, checkpoint: HiggsAudioV2Checkpoint | None = None):

@@ -7,7 +7,9 @@
                                                 unmasking loop, Triton's batches run together
                                                 (grouped by step count)
   omnivoice_decoder    OmniVoiceDecoderStage    codes -> 24 kHz audio (the higgs-audio v2
-                                                codec decoder), volume, fades and padding
+                                                codec decoder; Triton's batches decoded
+                                                together, grouped by length), volume, fades
+                                                and padding
 
 Long input streams segment by segment: the first segment's audio plays while the next are
 generated. Without a reference voice, every later segment clones the first segment's voice
@@ -29,7 +31,8 @@ from ...serving.lru import LRU
 from ...protocol import (
     AUDIO, CHUNK_INDEX, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, decode_params)
 from ...serving.stage import (
-    Inputs, Stage, StageContext, StreamingStage, begin_request, default_voice_only)
+    PREPARES_REQUESTS,
+    GroupedStage, Inputs, Stage, StageContext, StreamingStage, begin_request, default_voice_only)
 from ...text import normalize, split_sentences
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .checkpoint import OmniVoiceCheckpoint
@@ -73,6 +76,8 @@ def segments(text: str) -> list[str]:
 
 
 class OmniVoicePromptStage(StreamingStage):
+    one_by_one = PREPARES_REQUESTS
+
     uses_torch = True
 
     def __init__(self, context: StageContext, checkpoint: OmniVoiceCheckpoint | None = None):
@@ -248,10 +253,12 @@ class OmniVoiceGeneratorStage(Stage):
         return results
 
 
-class OmniVoiceDecoderStage(Stage):
+class OmniVoiceDecoderStage(GroupedStage):
     """Codes -> audio, stateless (a segment decodes whole), shaped as the reference shapes
     its output: the cloned recording's loudness (or a 0.5 peak), 0.1 s fades, 0.1 s of
-    silence each side (which also parts the segments)."""
+    silence each side (which also parts the segments). The batcher's segments of equal
+    length decode in one call (the convolutional decoder has no mask, so lengths are not
+    mixed), each then shaped alone."""
 
     uses_torch = True
 
@@ -264,13 +271,21 @@ class OmniVoiceDecoderStage(Stage):
         self.device = torch.device(context.device)
         self.decoder = load_codec_decoder(checkpoint.codec_dir, self.device)
         self.runner = stage_runner(decoder_graph(self.decoder), context)
+        self.quantizers = self.decoder.cfg.num_quantizers
+
+    def batch_key(self, inputs: Inputs) -> Any:
+        codes = np.asarray(inputs["codes"])
+        if codes.ndim != 2 or codes.shape[1] != self.quantizers or not codes.shape[0]:
+            raise InvalidRequest(f"codes must be [frames, {self.quantizers}] with at least one frame, "
+                                 f"got {list(codes.shape)}")
+        return codes.shape[0]
 
     @torch.no_grad()
-    def run(self, inputs: Inputs) -> dict[str, Any]:
-        codes = torch.from_numpy(np.array(inputs["codes"], np.int64)).T[None].to(self.device)
-        audio = self.runner(codes)[0][0].float().cpu().numpy()
-        return {AUDIO: shape_output(audio, float(inputs.scalar("ref_rms")), float(inputs.scalar("speed"))),
-                SAMPLE_RATE: SAMPLE_RATE_HZ}
+    def run_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
+        codes = torch.from_numpy(np.stack([np.asarray(m["codes"], np.int64).T for m in members])).to(self.device)
+        audio = self.runner(codes)[0].float().cpu().numpy()
+        return [{AUDIO: shape_output(row, float(m.scalar("ref_rms")), float(m.scalar("speed"))),
+                 SAMPLE_RATE: SAMPLE_RATE_HZ} for row, m in zip(audio, members)]
 
 
 def shape_output(audio: np.ndarray, ref_rms: float, speed: float = 1.0) -> np.ndarray:

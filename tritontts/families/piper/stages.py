@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 from ...serving import scheduling
 from ...protocol import AUDIO, CHUNK_INDEX, SAMPLE_RATE, STREAM_ID
-from ...serving.stage import Inputs, Stage, StageContext, StreamingStage, begin_request
+from ...serving.stage import PREPARES_REQUESTS, Inputs, Stage, StageContext, StreamingStage, begin_request
 from .phonemize import PiperPhonemizer
 from .request import parse_piper_params, scales_for
 from .vits import PiperVits
@@ -22,6 +22,8 @@ from .voices import load_voice_table
 class PiperTextStage(StreamingStage):
     """One chunk per sentence; the backend marks the last one final (phonemizing the next
     sentence is cheap, so holding a chunk until it is known costs ~nothing)."""
+
+    one_by_one = PREPARES_REQUESTS
 
     def __init__(self, context: StageContext):
         super().__init__(context)

@@ -23,7 +23,7 @@ from ...serving.lru import LRU
 from ...protocol import (
     AUDIO, at_least_one_row, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest,
     decode_params)
-from ...serving.stage import GroupedStage, Inputs, Stage, StageContext, begin_request
+from ...serving.stage import PREPARES_REQUESTS, GroupedStage, Inputs, Stage, StageContext, begin_request
 from ... import sampling
 from ...sampling import SAMPLING
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
@@ -48,6 +48,8 @@ def export_graphs(checkpoint: Qwen3TTSCheckpoint) -> list:
 
 
 class Qwen3TTSPromptStage(Stage):
+    one_by_one = PREPARES_REQUESTS
+
     uses_torch = True
 
     def __init__(self, context: StageContext, checkpoint: Qwen3TTSCheckpoint | None = None):

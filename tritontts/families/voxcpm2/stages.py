@@ -26,6 +26,7 @@ from ...serving.lru import LRU
 from ...sampling import SAMPLING
 from ...protocol import IS_FINAL, PARAMS, STREAM_ID, InvalidRequest, decode_params
 from ...serving.stage import (
+    PREPARES_REQUESTS,
     Inputs, Stage, StageContext, begin_request, default_voice_only)
 from ...serving.window_decoder import WindowDecoderStage
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
@@ -55,6 +56,8 @@ def clean_text(text: str) -> str:
 
 class VoxCPM2PromptStage(Stage):
     """The talker's input sequence for one request (tritontts.families.voxcpm2.prompt)."""
+
+    one_by_one = PREPARES_REQUESTS
 
     uses_torch = True
 

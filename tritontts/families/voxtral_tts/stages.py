@@ -21,7 +21,7 @@ import torch
 from ... import sampling
 from ...sampling import SAMPLING
 from ...protocol import STREAM_ID, InvalidRequest
-from ...serving.stage import Inputs, Stage, StageContext, begin_request
+from ...serving.stage import PREPARES_REQUESTS, Inputs, Stage, StageContext, begin_request
 from ...serving.window_decoder import WindowDecoderStage
 from ...engine.vllm_talker import FrameChunkTalkerStage
 from .acoustic import END_AUDIO, SPECIAL_CODES
@@ -34,6 +34,8 @@ DEFAULT_MAX_FRAMES = 2048     # vLLM-Omni's stage default (max_tokens)
 
 
 class VoxtralTTSPromptStage(Stage):
+    one_by_one = PREPARES_REQUESTS
+
     def __init__(self, context: StageContext, checkpoint: VoxtralTTSCheckpoint | None = None):
         from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 

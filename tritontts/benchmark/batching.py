@@ -1,0 +1,141 @@
+"""Batched compute on vs off, per stage, at each family's sizes (random weights): for
+batch sizes 1 / 4 / 8 the same requests run as one `run_batch` call (what the stage does
+with a batch Triton's dynamic batcher hands it) and one `run` after another (what it did
+before it computed batches together), side by side, rounds alternating the arms so the
+machine's drift hits both. Requests/s and audio-s/s per arm and their ratio.
+
+  .venv/bin/python -m tritontts.benchmark.batching [--families A,B] [--size released]
+      [--cache ~/.cache/tritontts-released] [--device cpu] [--json OUT]
+
+A family takes part through its descriptor's `batch_cases`: each BatchCase names a stage,
+loads it with its config.pbtxt's parameters (the served threads) and makes its k-th request
+at streaming shapes. The released-size checkpoints are the ones tritontts.benchmark.released
+writes (written here too if missing). scripts/gpu_check.py runs the same table on a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..families import FAMILIES
+from ..family import BatchCase
+from ..serving.stage import Stage, StageContext
+
+BATCHES = (1, 4, 8)
+
+
+def stage_context(stage: str, checkpoint_root: Path, device: str = "cpu") -> StageContext:
+    """The stage's context as Triton gives it: config.pbtxt's parameters (threads, runtime),
+    with no cap on the rows of one call."""
+    from ..deploy.repository import STAGE_REPOSITORY, read_config
+
+    config = read_config(STAGE_REPOSITORY / stage / "config.pbtxt")
+    parameters = {k: v.string_value for k, v in config.parameters.items()}
+    parameters["max_rows_per_call"] = "0"     # "on" computes the whole batch whatever the config caps
+    return StageContext(stage, STAGE_REPOSITORY / stage, parameters=parameters, device=device)
+
+
+def timed(fn: Callable[[], Any], device: str) -> float:
+    if device.startswith("cuda"):
+        import torch
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if device.startswith("cuda"):
+        import torch
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def measure_case(case: BatchCase, stage: Stage, device: str = "cpu", batches=BATCHES,
+                 rounds: int = 3) -> list[dict[str, Any]]:
+    """Rows per batch size: seconds per batch on (run_batch) and off (run one by one)."""
+    stage.run(case.request(0))                      # the first call sets up (and raises if it fails)
+    rows = []
+
+    def together(requests):
+        failed = [r for r in stage.run_batch(requests) if isinstance(r, Exception)]
+        if failed:
+            raise RuntimeError(f"{case.stage}: a benchmark request failed: {failed[0]}")
+
+    for size in batches:
+        requests = [case.request(k) for k in range(size)]
+        arms = {"on": lambda: together(requests), "off": lambda: [stage.run(r) for r in requests]}
+        seconds: dict[str, list[float]] = {"on": [], "off": []}
+        for r in range(rounds):
+            for name in (("on", "off") if r % 2 == 0 else ("off", "on")):
+                seconds[name].append(timed(arms[name], device))
+        row = {"stage": case.stage, "shape": case.shape, "batch": size}
+        for name, values in seconds.items():
+            wall = statistics.median(values)
+            row[name] = {"s_per_batch": wall, "requests_per_s": size / wall,
+                         "audio_s_per_s": size * case.audio_seconds / wall}
+        row["ratio"] = row["off"]["s_per_batch"] / row["on"]["s_per_batch"]
+        rows.append(row)
+        print(f"{case.stage} batch {size}: on {row['on']['requests_per_s']:.2f} req/s, off "
+              f"{row['off']['requests_per_s']:.2f} req/s (x{row['ratio']:.2f})", flush=True)
+    return rows
+
+
+def checkpoint_at(name: str, size: str, cache: Path) -> Path:
+    path, written = cache / f"{name}-{size}", cache / f"{name}-{size}.written"
+    if not written.exists():
+        began = time.monotonic()
+        FAMILIES[name].write_random_checkpoint(path, size=size)
+        written.write_text(f"{time.monotonic() - began:.0f} s\n")
+    return path
+
+
+def measure_family(name: str, checkpoint_path: Path, device: str = "cpu", batches=BATCHES,
+                   rounds: int = 3) -> list[dict[str, Any]]:
+    family = FAMILIES[name]
+    checkpoint = family.open_checkpoint(checkpoint_path)
+    rows = []
+    for case in family.batch_cases(checkpoint):
+        stage = case.load(stage_context(case.stage, checkpoint_path, device))
+        rows += [{"family": name, **row} for row in measure_case(case, stage, device, batches, rounds)]
+        del stage
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| stage | request | batch | on: req/s | on: audio-s/s | off: req/s | off: audio-s/s | on / off |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['stage']} | {r['shape']} | {r['batch']} | {r['on']['requests_per_s']:.3g} | "
+                     f"{r['on']['audio_s_per_s']:.3g} | {r['off']['requests_per_s']:.3g} | "
+                     f"{r['off']['audio_s_per_s']:.3g} | {r['ratio']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tritontts.benchmark.batching", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--families", default=",".join(n for n, f in FAMILIES.items() if f.batch_cases))
+    p.add_argument("--size", default="released")
+    p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "tritontts-released")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    names = [n.strip() for n in args.families.split(",") if n.strip()]
+    missing = [n for n in names if n not in FAMILIES or not FAMILIES[n].batch_cases]
+    if missing:
+        p.error(f"no batch cases for {', '.join(missing)}")
+    batches = tuple(int(b) for b in args.batches.split(","))
+    rows = []
+    for name in names:
+        rows += measure_family(name, checkpoint_at(name, args.size, args.cache), args.device, batches, args.rounds)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+    print("\n" + table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
