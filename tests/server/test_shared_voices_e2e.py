@@ -99,8 +99,10 @@ def test_a_voice_uploaded_on_one_front_speaks_on_the_other_and_a_delete_there_is
     spoken = speak(b, "shared")
     assert spoken.status_code == 200, spoken.text
     audio, rate = decode(spoken.content)
-    assert rate == FAMILIES[FAMILY].sample_rate
+    assert rate == FAMILIES[FAMILY].capabilities.sample_rate
     assert audio.size / rate > 0 and np.isfinite(audio).all() and rms(audio) > 0   # not silent
+    # the same voice on both fronts: the same seeded request gives the same audio
+    assert speak(a, "Shared").content == spoken.content
 
     assert httpx.delete(a + "/v1/audio/voices/Shared").status_code == 200
     deleted_at = time.monotonic()
