@@ -244,8 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--request-timeout", type=float, default=600.0,
                         help="seconds a request may take end to end before it fails (503)")
     parser.add_argument("--stall-timeout", type=float, default=120.0,
-                        help="seconds a stream may wait for its next chunk before it fails (503): "
-                             "a stage that died or hangs (default: %(default)s)")
+                        help="seconds a stream may wait for its next chunk while none of its model's "
+                             "stages finishes an execution before it fails (503): a stage that died or "
+                             "hangs; one queued behind other requests' work waits on, up to "
+                             "--request-timeout (default: %(default)s)")
     parser.add_argument("--triton-log", help="file for tritonserver's log (default: stdout)")
     parser.add_argument("--profile", choices=PROFILES,
                         default=os.environ.get("TRITONTTS_PROFILE", "cpu"),

@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
-from typing import AsyncIterator, Protocol
+from typing import AsyncIterator, Awaitable, Callable, Protocol
 
 import grpc
 import numpy as np
@@ -52,6 +52,23 @@ class SpeechClient(Protocol):
     def synthesize(self, model: str, text: str, voice: str, params: dict,
                    request_id: str) -> AsyncIterator[AudioChunk]: ...
 
+    async def pipeline_executions(self, model: str) -> int | None:
+        """How many executions the ensemble `model`'s stages have finished (Triton's
+        statistics), None if the server cannot say: what tells a stream queued behind other
+        requests' work from one whose stage died."""
+        try:
+            steps = self._steps.get(model)
+            if steps is None:
+                config = (await self._client.get_model_config(model, as_json=True))["config"]
+                steps = frozenset(step["model_name"] for step in
+                                  config.get("ensemble_scheduling", {}).get("step", [])) or frozenset([model])
+                self._steps[model] = steps
+            stats = await self._client.get_inference_statistics(as_json=True)
+            return sum(int(m.get("execution_count", 0)) for m in stats.get("model_stats", [])
+                       if m.get("name") in steps)
+        except Exception:  # noqa: BLE001 - unknown progress: the plain stall bound applies
+            return None
+
     async def encode_voice(self, model: str, params: dict) -> bytes: ...
 
     async def model_ready(self, model: str) -> bool: ...
@@ -83,17 +100,46 @@ class StageStalled(RuntimeError):
     """No chunk within the stall timeout: a stage died or hangs (HTTP 503)."""
 
 
-async def _bounded(responses, seconds: float):
-    """The stream's responses, each within `seconds` of the one before."""
+async def _bounded(responses, seconds: float, progress: Callable[[], Awaitable[int | None]] | None = None):
+    """The stream's responses, each within `seconds` of the one before, while the server
+    works: with `progress` (a count of the pipeline's executions, None if unknown), a wait
+    past `seconds` in which that count grew is queueing behind other requests' work, not a
+    stall, and the stream waits on (the request timeout still bounds it)."""
     iterator = responses.__aiter__()
-    while True:
-        try:
-            yield await asyncio.wait_for(iterator.__anext__(), seconds)
-        except StopAsyncIteration:
-            return
-        except asyncio.TimeoutError:
-            raise StageStalled(f"no audio for {seconds:g} s: a stage stopped responding "
-                               "(it died or hangs); retry") from None
+    # The count at the start, asked beside the stream (never delaying its first response)
+    # and awaited only if a wait runs past `seconds`.
+    baseline = asyncio.ensure_future(progress()) if progress is not None else None
+    seen: int | None = None
+    pending: asyncio.Task | None = None
+    try:
+        while True:
+            # The wait for the next response is never cancelled by a timeout (that would end
+            # the stream): the same task is waited on again while the server makes progress.
+            pending = pending or asyncio.ensure_future(iterator.__anext__())
+            done, _ = await asyncio.wait({pending}, timeout=seconds)
+            if done:
+                task, pending = pending, None
+                try:
+                    item = task.result()
+                except StopAsyncIteration:
+                    return
+                yield item
+                continue
+            if baseline is not None and seen is None:
+                seen = await baseline
+            now = await progress() if progress is not None else None
+            if seen is not None and now is not None and now > seen:
+                seen = now
+                logger.info("no audio for %g s, but the server is executing this model's stages: "
+                            "still waiting (queued behind other requests)", seconds)
+                continue
+            idle = " and none of its stages executed anything" if now is not None else ""
+            raise StageStalled(f"no audio for {seconds:g} s{idle}: a stage stopped responding "
+                               "(it died or hangs); retry")
+    finally:
+        for task in (pending, baseline):
+            if task is not None and not task.done():
+                task.cancel()
 
 
 async def _ended(responses, seconds: float) -> None:
@@ -110,13 +156,16 @@ async def _ended(responses, seconds: float) -> None:
 
 class TritonSpeechClient:
     def __init__(self, url: str, request_timeout_s: float = 600.0, stall_timeout_s: float = 120.0):
-        """stall_timeout_s: the longest wait for a stream's next chunk. A stage whose
-        process dies mid-request never answers it (Triton does not fail the ensemble), so
-        without this bound the client would wait for the whole request timeout."""
+        """stall_timeout_s: the longest wait for a stream's next chunk while its stages
+        execute nothing. A stage whose process dies mid-request never answers it (Triton
+        does not fail the ensemble), so without this bound the client would wait for the
+        whole request timeout; a stream queued behind other requests' work (its stages
+        finishing executions meanwhile) waits on, up to the request timeout."""
         self.url = url
         self.request_timeout_s = request_timeout_s
         self.stall_timeout_s = stall_timeout_s
         self._client = grpcaio.InferenceServerClient(url)
+        self._steps: dict[str, frozenset[str]] = {}      # an ensemble's stage models
         self._cancelling: set[asyncio.Task] = set()
 
     async def close(self):
@@ -133,6 +182,23 @@ class TritonSpeechClient:
             return await self._client.is_model_ready(model)
         except Exception:
             return False
+
+    async def pipeline_executions(self, model: str) -> int | None:
+        """How many executions the ensemble `model`'s stages have finished (Triton's
+        statistics), None if the server cannot say: what tells a stream queued behind other
+        requests' work from one whose stage died."""
+        try:
+            steps = self._steps.get(model)
+            if steps is None:
+                config = (await self._client.get_model_config(model, as_json=True))["config"]
+                steps = frozenset(step["model_name"] for step in
+                                  config.get("ensemble_scheduling", {}).get("step", [])) or frozenset([model])
+                self._steps[model] = steps
+            stats = await self._client.get_inference_statistics(as_json=True)
+            return sum(int(m.get("execution_count", 0)) for m in stats.get("model_stats", [])
+                       if m.get("name") in steps)
+        except Exception:  # noqa: BLE001 - unknown progress: the plain stall bound applies
+            return None
 
     async def encode_voice(self, model: str, params: dict) -> bytes:
         """A reference's packed features from a family's voice encoder stage (its prompt
@@ -185,7 +251,8 @@ class TritonSpeechClient:
         expected = 0
         finished = False
         try:
-            async for result, error in _bounded(responses, self.stall_timeout_s):
+            async for result, error in _bounded(responses, self.stall_timeout_s,
+                                                lambda: self.pipeline_executions(model)):
                 if error is not None:
                     raise _classify(str(error))
                 chunk = AudioChunk(

@@ -119,3 +119,28 @@ async def test_a_stream_whose_next_chunk_never_comes_fails_at_the_stall_bound():
         async for item in _bounded(stalls(), 0.2):
             got.append(item)
     assert got == ["first"]
+
+    async def flat():               # the server says its stages executed nothing meanwhile
+        return 7
+
+    with pytest.raises(StageStalled, match="none of its stages executed"):
+        async for item in _bounded(stalls(), 0.2, flat):
+            pass
+
+
+@run_async
+async def test_a_stream_queued_behind_other_work_waits_past_the_stall_bound_while_its_stages_execute():
+    from frontend.triton_client import _bounded
+
+    async def slow():
+        yield "first"
+        await asyncio.sleep(0.7)         # three stall bounds: other requests' work goes first
+        yield "second"
+
+    executions = iter(range(100))
+
+    async def busy():                    # each look finds more finished executions
+        return next(executions)
+
+    got = [item async for item in _bounded(slow(), 0.2, busy)]
+    assert got == ["first", "second"]
