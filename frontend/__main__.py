@@ -29,7 +29,7 @@ from tritontts.deploy.profiles import DEFAULT_GPU_MEMORY_GIB, PROFILES, gpu_ids
 
 from .app import create_app
 from .media import MediaPolicy
-from .voices import VoiceError, check_writable
+from .voices import VoiceError, check_writable, default_voices_dir
 
 
 def family_path(value: str) -> tuple[str, str]:
@@ -282,14 +282,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv=None):
     return build_parser().parse_args(argv)
-
-
-def default_voices_dir() -> Path:
-    """TRITONTTS_VOICES_DIR, else the user's data directory (XDG)."""
-    if os.environ.get("TRITONTTS_VOICES_DIR"):
-        return Path(os.environ["TRITONTTS_VOICES_DIR"])
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "tritontts" / "voices"
 
 
 class LaunchError(Exception):

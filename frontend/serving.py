@@ -26,7 +26,7 @@ from pathlib import Path
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from tritontts.families import family_of
-from tritontts.family import Family
+from tritontts.family import Family, VoiceMode
 from tritontts.deploy.repository import served_model_stage
 from tritontts.protocol import InvalidRequest, asks_nothing, check_text
 from tritontts.voice import VOICE_FEATURES
@@ -359,21 +359,26 @@ class SpeechService:
             raise SpeechError(400, f"{served.name} cannot speak uploaded voices (it does not clone "
                               f"voices); voice {stored.name!r} is for {', '.join(stored.models) or 'none'}",
                               param="voice")
-        blob = await self.encode_voice(served, self.reference_params(stored))
+        blob = await self.encode_voice(served, self.reference_params(stored, family))
         self.voices.add_features(stored, served.name, blob)
         return blob
 
-    def reference_params(self, stored: StoredVoice) -> dict[str, Any]:
+    def reference_params(self, stored: StoredVoice, family: Family) -> dict[str, Any]:
+        """The voice encoder's request for a stored voice's features on a model of `family`
+        (computed after the upload): its embedding, or its recording in the mode a model
+        of the same family stored it in, else the mode its transcript selects."""
         if stored.speaker_embedding is not None:
-            return {"speaker_embedding": stored.speaker_embedding}
+            return embedding_params(stored.speaker_embedding)
         try:
             reference = self.voices.reference(stored)
         except VoiceError as exc:       # deleted by another front since it was looked up
             raise SpeechError(exc.status, str(exc), param=exc.param) from None
-        params = {"ref_audio": base64.b64encode(reference).decode()}
-        if stored.ref_text:
-            params["ref_text"] = stored.ref_text
-        return params
+        if reference is None:
+            raise SpeechError(400, f"voice {stored.name!r} holds neither a recording nor a speaker "
+                              "embedding", param="voice")
+        same_family = [mode for model, mode in sorted(stored.modes.items()) if family_of(model) is family
+                       and any(m.name == mode for m in family.voice_modes)]
+        return recording_params(family, reference, stored.ref_text, same_family[0] if same_family else None)[1]
 
     async def encode_voice(self, served: ServedModel, params: dict[str, Any]) -> bytes:
         """The model's voice encoder stage on a reference (held in an admission slot: it
@@ -430,6 +435,28 @@ class SpeechService:
             return await encoded_body(first, synthesis, encoder), encoder, synthesis
         finally:
             await synthesis.aclose()
+
+
+def recording_params(family: Family, audio: bytes, ref_text: str | None,
+                     mode: str | None = None) -> tuple[VoiceMode, dict[str, Any]]:
+    """The mode (Family.voice_mode: `mode`, else the first that fits whether there is a
+    transcript) and the voice encoder's request for a recording: what an upload sends each
+    cloning model, and what tritontts-voice precompute hands the stage in-process, so the
+    two compute the same features. A mode that does not fit is a 400 saying why."""
+    try:
+        chosen = family.voice_mode(bool(ref_text), mode)
+    except ValueError as exc:
+        raise SpeechError(400, str(exc), param="mode" if mode else "ref_text") from None
+    params: dict[str, Any] = {"ref_audio": base64.b64encode(audio).decode()}
+    if ref_text:
+        params["ref_text"] = ref_text
+    params.update(chosen.params)
+    return chosen, params
+
+
+def embedding_params(embedding: list[float]) -> dict[str, Any]:
+    """The voice encoder's request for a voice stored from a speaker embedding."""
+    return {"speaker_embedding": list(embedding)}
 
 
 def _same_path(name: str, checkpoint: Path) -> bool:

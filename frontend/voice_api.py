@@ -2,14 +2,17 @@
 
 An upload is checked (name, consent, type, size, 1-30 s of sound), then every served model
 that clones (Family.voice_encoder) computes the voice's features once, through its prompt
-stage; the recording, the transcript and those features are stored together (VoiceStore).
-A request that names the voice sends the stored features instead of the recording, so the
-reference is never decoded, tokenized or embedded again.
+stage, in its family's first voice mode that fits whether the upload has a transcript
+(Family.voice_mode: e.g. a Base Qwen3-TTS voice without ref_text is x-vector only; a family
+that needs a transcript answers that it does, before Triton is asked); the recording, the
+transcript and those features are stored together (VoiceStore). A request that names the
+voice sends the stored features instead of the recording, so the reference is never
+decoded, tokenized or embedded again. tritontts-voice (frontend/voice_cli.py) writes the
+same folders offline from the same requests (serving.recording_params).
 """
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import math
 import time
@@ -18,9 +21,10 @@ from typing import Any
 
 from tritontts.audio import decode_audio
 from tritontts.protocol import InvalidRequest
+from tritontts.voice import EMBEDDING_MODE
 
 from .protocol import MAX_EMBEDDING_DIM
-from .serving import SpeechError, SpeechService
+from .serving import SpeechError, SpeechService, recording_params
 from .voices import StoredVoice, VoiceError, check_name
 
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
@@ -39,7 +43,7 @@ EXTENSIONS = {".wav": "wav", ".wave": "wav", ".mp3": "mp3", ".flac": "flac", ".o
               ".aac": "aac"}
 
 
-def _text(value: str | None, name: str, limit: int, required: bool = False) -> str | None:
+def check_text_field(value: str | None, name: str, limit: int, required: bool = False) -> str | None:
     value = value.strip() if isinstance(value, str) else None
     if not value:
         if required:
@@ -63,6 +67,12 @@ def audio_extension(content_type: str | None, filename: str | None) -> str:
         return EXTENSIONS[suffix]
     raise SpeechError(400, f"audio_sample is {ctype or 'untyped'} ({filename or 'no file name'}); "
                       f"send one of: {', '.join(sorted(set(AUDIO_TYPES.values())))}", param="audio_sample")
+
+
+def check_upload_size(audio: bytes) -> None:
+    if len(audio) > MAX_UPLOAD_BYTES:
+        raise SpeechError(413, f"audio_sample is larger than {MAX_UPLOAD_BYTES // 2**20} MB",
+                          param="audio_sample")
 
 
 def check_recording(data: bytes) -> float:
@@ -107,9 +117,9 @@ async def upload_voice(service: SpeechService, *, name: str, consent: str, audio
         name = check_name(name)
     except VoiceError as exc:
         raise SpeechError(exc.status, str(exc), param=exc.param) from None
-    consent = _text(consent, "consent", MAX_CONSENT_CHARS, required=True)
-    ref_text = _text(ref_text, "ref_text", MAX_REF_TEXT_CHARS)
-    description = _text(speaker_description, "speaker_description", MAX_DESCRIPTION_CHARS)
+    consent = check_text_field(consent, "consent", MAX_CONSENT_CHARS, required=True)
+    ref_text = check_text_field(ref_text, "ref_text", MAX_REF_TEXT_CHARS)
+    description = check_text_field(speaker_description, "speaker_description", MAX_DESCRIPTION_CHARS)
     if (audio is None) == (speaker_embedding is None):
         raise SpeechError(400, "send audio_sample (a recording) or speaker_embedding (a JSON list), "
                           "one of the two", param="audio_sample")
@@ -126,11 +136,9 @@ async def upload_voice(service: SpeechService, *, name: str, consent: str, audio
                         speaker_description=description)
     extension = "bin"
     if audio is not None:
-        if len(audio) > MAX_UPLOAD_BYTES:
-            raise SpeechError(413, f"audio_sample is larger than {MAX_UPLOAD_BYTES // 2**20} MB",
-                              param="audio_sample")
+        check_upload_size(audio)
         extension = audio_extension(content_type, filename)
-        await asyncio.to_thread(check_recording, audio)
+        voice.duration = await asyncio.to_thread(check_recording, audio)
         voice.mime_type, voice.file_size = (content_type or f"audio/{extension}"), len(audio)
     else:
         voice.speaker_embedding, voice.source = parse_embedding(speaker_embedding), "embedding"
@@ -143,21 +151,35 @@ async def upload_voice(service: SpeechService, *, name: str, consent: str, audio
                    f"no served model clones voices (served: {', '.join(service.models)})")
         raise SpeechError(400, message + (f"; models that do: {', '.join(cloning)}" if cloning else ""),
                           param="model" if model else None)
-    params = (service.reference_params(voice) if audio is None else
-              {"ref_audio": base64.b64encode(audio).decode(),
-               **({"ref_text": ref_text} if ref_text else {})})
-    results = await asyncio.gather(*(service.encode_voice(m, params) for m in targets),
+    # Each model's request: the recording in its family's mode (a model whose family needs a
+    # transcript the upload lacks fails here, without asking Triton), or the embedding.
+    requests: dict[str, tuple[str, dict[str, Any]]] = {}
+    failures: list[tuple[Any, SpeechError]] = []
+    for m in targets:
+        if audio is None:
+            requests[m.name] = (EMBEDDING_MODE, service.reference_params(voice, m.family))
+            continue
+        try:
+            mode, params = recording_params(m.family, audio, ref_text)
+        except SpeechError as exc:
+            failures.append((m, SpeechError(exc.status, f"{m.name}: {exc.message}", param=exc.param)))
+            continue
+        requests[m.name] = (mode.name, params)
+    asked = [m for m in targets if m.name in requests]
+    results = await asyncio.gather(*(service.encode_voice(m, requests[m.name][1]) for m in asked),
                                    return_exceptions=True)
-    features = {m.name: r for m, r in zip(targets, results) if isinstance(r, bytes)}
-    failures = [(m, r) for m, r in zip(targets, results) if not isinstance(r, bytes)]
+    features = {m.name: r for m, r in zip(asked, results) if isinstance(r, bytes)}
+    failures += [(m, r) for m, r in zip(asked, results) if not isinstance(r, bytes)]
     for _, error in failures:
         if not isinstance(error, SpeechError):
             raise error
     if not features:
         worst = max((e for _, e in failures), key=lambda e: e.status)
         message = "; ".join(e.message for _, e in failures)
+        params = {e.param for _, e in failures}
         raise SpeechError(worst.status, f"no served model can use this voice: {message}", worst.type,
-                          headers=worst.headers)
+                          param=params.pop() if len(params) == 1 else None, headers=worst.headers)
+    voice.modes = {model: requests[model][0] for model in features}
     try:
         stored = service.voices.add(voice, audio, extension, features)
     except VoiceError as exc:   # another upload of the same name won the race

@@ -88,6 +88,14 @@ class VoiceError(ValueError):
         self.status, self.param = status, param
 
 
+def default_voices_dir() -> Path:
+    """TRITONTTS_VOICES_DIR, else the user's data directory (XDG)."""
+    if os.environ.get("TRITONTTS_VOICES_DIR"):
+        return Path(os.environ["TRITONTTS_VOICES_DIR"])
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "tritontts" / "voices"
+
+
 def check_name(name: str) -> str:
     name = name.strip() if isinstance(name, str) else ""
     if not name:
@@ -149,6 +157,12 @@ class StoredVoice:
     file_size: int | None = None
     reference_file: str | None = None   # the recording's file name in the voice folder
     speaker_embedding: list[float] | None = None
+    duration: float | None = None       # seconds of the recording (None: not a recording)
+    # How each model's features were computed at creation (Family.voice_modes, or
+    # "embedding"); features computed later for another model follow the same rule.
+    modes: dict[str, str] = field(default_factory=dict)
+    # A blended voice's parts: [{"name", "weight" (normalised), "kind": preset | voice}].
+    blend: list[dict] | None = None
     models: list[str] = field(default_factory=list)   # models with computed features
     path: Path | None = field(default=None, compare=False)
     # Features computed for a precomputed voice (whose folder is read-only to us).
@@ -165,7 +179,8 @@ class StoredVoice:
                 "families": sorted({families[m] for m in models if m in families}),
                 "models": models, "ref_text": self.ref_text,
                 "speaker_description": self.speaker_description, "embedding_source": self.source,
-                "mime_type": self.mime_type, "file_size": self.file_size}
+                "mime_type": self.mime_type, "file_size": self.file_size, "duration": self.duration,
+                "modes": dict(self.modes), **({"blend": self.blend} if self.blend else {})}
 
     def metadata(self) -> dict:
         data = asdict(self)
@@ -176,14 +191,18 @@ class StoredVoice:
 
 class VoiceStore:
     def __init__(self, root: Path | None, max_voices: int = 1000, preload: list[Path] = (),
-                 stale_tmp_s: float = STALE_TMP_S):
+                 stale_tmp_s: float = STALE_TMP_S, read_only: bool = False):
         """root None: voices live in a fresh temporary folder (nothing persists) - for tests
-        of the front. VoiceError if root cannot be written or a preload directory is missing."""
+        of the front. VoiceError if root cannot be written or a preload directory is missing.
+        read_only: the root is only read (tritontts-voice list, inspect): not checked for
+        writing, nothing swept, add and delete refused."""
+        self.read_only = read_only
         if root is None:
             self.root = Path(tempfile.mkdtemp(prefix="tritontts-voices-"))
         else:
             self.root = Path(root)
-            check_writable(self.root)
+            if not read_only:
+                check_writable(self.root)
         self.max_voices = max_voices
         self.stale_tmp_s = stale_tmp_s
         self.uploaded: dict[str, StoredVoice] = {}       # a cache of the root's folders
@@ -202,6 +221,14 @@ class VoiceStore:
                                    if k in StoredVoice.__dataclass_fields__ and k not in _RUNTIME_FIELDS},
                                 kind=kind, path=folder, stamp=stamp)
             check_name(voice.name)
+            if not isinstance(voice.modes, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in voice.modes.items()):
+                raise ValueError("its modes are not a {model: mode} table")
+            if voice.duration is not None and (isinstance(voice.duration, bool)
+                                               or not isinstance(voice.duration, (int, float))):
+                raise ValueError("its duration is not a number of seconds")
+            if voice.blend is not None and not isinstance(voice.blend, list):
+                raise ValueError("its blend is not a list of parts")
             if voice.reference_file is not None and not _REFERENCE_FILE.match(voice.reference_file):
                 raise ValueError(f"reference_file {voice.reference_file!r} is not reference.<ext>")
             if kind == "uploaded" and voice_key(voice.name) != folder.name:
@@ -288,6 +315,8 @@ class VoiceStore:
             return []       # nothing uploaded yet
 
     def _sweep_if_stale(self, path: Path) -> None:
+        if self.read_only:
+            return
         try:
             age = time.time() - path.lstat().st_mtime
         except OSError:
@@ -327,6 +356,8 @@ class VoiceStore:
     def check_new(self, name: str) -> None:
         """VoiceError 409 unless a voice `name` may be uploaded now (as the disk has it)."""
         key = voice_key(name)
+        if self.read_only:
+            raise VoiceError(f"voices directory {self.root} is open read-only")
         with self._lock:
             existing = self._uploaded(key) or self.precomputed.get(key)
             if existing is not None:
@@ -420,6 +451,8 @@ class VoiceStore:
         return True
 
     def delete(self, name: str) -> StoredVoice:
+        if self.read_only:
+            raise VoiceError(f"voices directory {self.root} is open read-only")
         with self._lock:
             voice = self.get(name)
             if voice is None:

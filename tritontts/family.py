@@ -116,6 +116,31 @@ class BatchCase:
 
 
 @dataclass(frozen=True)
+class VoiceMode:
+    """A way the family's voice encoder stores a voice from a recording: what
+    `tritontts-voice precompute --mode NAME` computes, and what an upload computes (the
+    family's first mode that fits whether the upload has a transcript)."""
+    name: str                       # e.g. vLLM-Omni's precompute_custom_voice.py mode names
+    description: str
+    transcript: bool                # True: needs ref_text; False: takes none
+    # Request fields beside ref_audio (and ref_text) that select this mode in the encoder's
+    # request, e.g. {"x_vector_only_mode": True}; they must be fields the family takes.
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SpeakerEmbeddings:
+    """A family that speaks from a speaker embedding (one vector its prompt takes as the
+    voice): `tritontts-voice blend` makes a voice of a weighted mean of such vectors, from
+    the checkpoint's preset speakers or from stored voices, and stores it as a voice uploaded
+    with `speaker_embedding` would be."""
+    # checkpoint path -> {preset speaker name: its vector (float32)}; {} when it has none.
+    presets: Callable[[Path], dict[str, Any]]
+    # The array of the family's packed voice features that holds a stored voice's vector.
+    feature: str = "embedding"
+
+
+@dataclass(frozen=True)
 class Family:
     name: str                             # OpenAI `model` value and the ensemble's name
     description: str
@@ -135,6 +160,11 @@ class Family:
     # The stage that turns a reference recording into stored voice features (its
     # `voice_features` output, tritontts/voice.py); None: no uploaded voices.
     voice_encoder: str | None = None
+    # How its voice encoder stores a voice from a recording (at least one when it has a
+    # voice_encoder); the first that fits is an upload's (see voice_mode).
+    voice_modes: tuple[VoiceMode, ...] = ()
+    # Set where the family speaks from a speaker embedding (blended voices).
+    speaker_embeddings: SpeakerEmbeddings | None = None
     # Released checkpoint names a request's `model` may use for this family
     # (e.g. FunAudioLLM/Fun-CosyVoice3-0.5B-2512).
     released_names: tuple[str, ...] = ()
@@ -167,6 +197,32 @@ class Family:
                                   f"`python -m frontend --families {self.name} "
                                   f"--checkpoint {self.name}=PATH` ({self.checkpoint_help})")
         return None
+
+    def voice_mode(self, transcript: bool, name: str | None = None) -> VoiceMode:
+        """The mode a voice is stored in from a recording with (or without) a transcript:
+        `name`, else the first of voice_modes that fits. ValueError saying what to change
+        (the front answers it as a 400, tritontts-voice exits 2 with it)."""
+        if not self.voice_modes:
+            raise ValueError(f"{self.name} does not clone voices")
+        modes = ", ".join(f"{m.name} ({'needs a transcript' if m.transcript else 'no transcript'})"
+                          for m in self.voice_modes)
+        if name is not None:
+            mode = next((m for m in self.voice_modes if m.name == name), None)
+            if mode is None:
+                raise ValueError(f"{self.name} has no voice mode {name!r}; its modes: {modes}")
+            if mode.transcript and not transcript:
+                raise ValueError(f"voice mode {name} needs a transcript of the recording (ref_text)")
+            if transcript and not mode.transcript:
+                raise ValueError(f"voice mode {name} takes no transcript; omit ref_text, or choose "
+                                 f"a mode that uses it ({modes})")
+            return mode
+        mode = next((m for m in self.voice_modes if m.transcript == transcript), None)
+        if mode is not None:
+            return mode
+        if not transcript:
+            raise ValueError(f"a transcript of the recording is required (ref_text): {self.name} "
+                             "clones a voice from a recording and what it says")
+        raise ValueError(f"{self.name} takes no transcript of the recording; omit ref_text")
 
     def export_graphs(self, path: Path) -> list:
         """The `graphs` of the checkpoint at `path`."""

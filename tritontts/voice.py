@@ -27,6 +27,9 @@ import numpy as np
 from .protocol import InvalidRequest
 
 VOICE_FEATURES = "voice_features"     # the prompt stage's output and the request parameter
+# The mode of a voice stored from a speaker embedding (not a recording: Family.voice_modes
+# are a recording's).
+EMBEDDING_MODE = "embedding"
 MAX_VOICE_FEATURES_BYTES = 8 * 1024 * 1024
 # Bytes read from the start of each weight file for the fingerprint: enough to tell
 # checkpoints apart (weights differ from the first tensor on) without reading gigabytes.
@@ -146,3 +149,29 @@ def transcribed_reference(params: dict[str, Any], family_label: str, transcript_
     if ref_text is not None and ref_audio is None:
         raise InvalidRequest("ref_text is the transcript of ref_audio: send ref_audio with it")
     return ref_audio, ref_text, features
+
+
+def blend_embeddings(vectors: list[np.ndarray], weights: list[float]) -> np.ndarray:
+    """The weighted mean of speaker vectors, sum(w_i * v_i) / sum(w_i), computed in float64
+    and returned as float32: the weights are shares, so A:0.7 B:0.3 and A:7 B:3 are one
+    voice and the blend stays on the scale of its parts (its length is not rescaled: the
+    mean of two unlike vectors is shorter than either, as interpolating between them is).
+    ValueError for weights that are not positive finite numbers (or sum to 0), or vectors
+    of different lengths."""
+    if not vectors or len(vectors) != len(weights):
+        raise ValueError("a blend needs one weight per vector, and at least one vector")
+    for w in weights:
+        if not isinstance(w, (int, float)) or isinstance(w, bool) or not np.isfinite(w) or w <= 0:
+            raise ValueError(f"weight {w!r} is not a positive number: weights must be positive "
+                             "(a blend is a weighted mean of its voices)")
+    total = float(sum(weights))
+    if not total > 0:
+        raise ValueError("the weights sum to 0; give positive weights")
+    sizes = {np.asarray(v).reshape(-1).size for v in vectors}
+    if len(sizes) != 1:
+        raise ValueError(f"the voices' vectors differ in length ({sorted(sizes)}): blend voices of "
+                         "one checkpoint")
+    mixed = np.zeros(sizes.pop(), np.float64)
+    for vector, weight in zip(vectors, weights):
+        mixed += (float(weight) / total) * np.asarray(vector, np.float64).reshape(-1)
+    return mixed.astype(np.float32)

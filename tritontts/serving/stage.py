@@ -154,6 +154,11 @@ class Stage:
         `voice_features` output alone."""
         raise InvalidRequest(f"{self.context.name} does not encode voices")
 
+    def voice_fingerprint(self) -> str:
+        """The checkpoint fingerprint (tritontts.voice.checkpoint_fingerprint) that the
+        voice features this stage packs carry, and the only one it accepts."""
+        raise InvalidRequest(f"{self.context.name} does not encode voices")
+
     def close(self) -> None:
         """Called when Triton unloads the model."""
 

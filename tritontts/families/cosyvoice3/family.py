@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from ...family import Capabilities, DocumentedRequest, Family, REF_AUDIO, REF_TEXT, lazy, quick_start
+from ...family import Capabilities, DocumentedRequest, Family, VoiceMode, REF_AUDIO, REF_TEXT, lazy, quick_start
 from .request import FIELDS, parse_cosyvoice3_params
 
 
@@ -50,6 +50,8 @@ FAMILY = Family(
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voices=lambda checkpoint: ["default"],
     voice_encoder="cosyvoice3_prompt",
+    voice_modes=(VoiceMode("clone", "the reference's speech tokens, CAM++ embedding and prompt mel with its "
+                           "transcript (upstream's zero-shot prompt)", transcript=True),),
     released_names=("FunAudioLLM/Fun-CosyVoice3-0.5B-2512",),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     graphs=lazy(__package__, ".stages:export_graphs"),

@@ -109,6 +109,9 @@ class CosyVoice3PromptStage(Stage):
             STREAM_ID: start.stream_id,
         }
 
+    def voice_fingerprint(self) -> str:
+        return self.extractor.fingerprint
+
     def encode_voice(self, inputs: Inputs) -> bytes:
         params = parse_cosyvoice3_params(decode_params(inputs.scalar(PARAMS, "")))
         if params.ref_audio is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from ...family import (
-    Capabilities, DocumentedRequest, Family, REF_AUDIO, REF_TEXT, lazy, quick_start, synthetic_reference)
+    Capabilities, DocumentedRequest, Family, VoiceMode, REF_AUDIO, REF_TEXT, lazy, quick_start, synthetic_reference)
 from .request import FIELDS, parse_fish_s2_pro_params
 
 
@@ -35,6 +35,7 @@ FAMILY = Family(
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voices=lambda checkpoint: ["default"],
     voice_encoder="fish_s2_pro_prompt",
+    voice_modes=(VoiceMode("clone", "the reference's codes with its transcript", transcript=True),),
     released_names=("fishaudio/s2-pro",),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     # Cloning (the family's richer path); the tiny random talker rarely ends by itself: bounded.

@@ -96,6 +96,9 @@ class FishS2ProPromptStage(Stage):
 
         return self.references.get(hashlib.sha256(ref_audio).hexdigest(), encode)
 
+    def voice_fingerprint(self) -> str:
+        return self.fingerprint
+
     def encode_voice(self, inputs: Inputs) -> bytes:
         """A voice for storing: the recording's codes, with its transcript."""
         params = parse_fish_s2_pro_params(decode_params(inputs.scalar(PARAMS, "")))

@@ -103,6 +103,9 @@ class GLMTTSPromptStage(Stage):
                 # non_streaming_mode: 1 whole utterances, 0 streamed, -1 the talker's default
                 "whole": -1 if params.whole is None else int(params.whole)}
 
+    def voice_fingerprint(self) -> str:
+        return self.extractor.fingerprint
+
     def encode_voice(self, inputs: Inputs) -> bytes:
         params = parse_glm_tts_params(decode_params(inputs.scalar(PARAMS, "")))
         if params.ref_audio is None:

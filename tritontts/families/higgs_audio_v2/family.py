@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 from ...family import (
-    Capabilities, DocumentedRequest, Family, REF_AUDIO, REF_TEXT, Variant, lazy, quick_start, synthetic_reference)
+    Capabilities, DocumentedRequest, Family, VoiceMode, REF_AUDIO, REF_TEXT, Variant, lazy, quick_start, synthetic_reference)
 from .request import FIELDS, parse_higgs_audio_v2_params
 
 
@@ -52,6 +52,8 @@ FAMILY = Family(
     checkpoint_required=True,
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voice_encoder="higgs_audio_v2_prompt",
+    voice_modes=(VoiceMode("clone", "the reference's codes with its transcript, prompted as an earlier turn",
+                           transcript=True),),
     released_names=("bosonai/higgs-audio-v2-generation-3B-base",),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     graphs=lazy(__package__, ".stages:export_graphs"),

@@ -125,6 +125,9 @@ class HiggsAudioV2PromptStage(Stage):
         codes = self.references.get(key, lambda: self.encoder.encode(audio.astype(np.float32)))
         return codes, params.ref_text
 
+    def voice_fingerprint(self) -> str:
+        return self.fingerprint
+
     def encode_voice(self, inputs: Inputs) -> bytes:
         """An uploaded voice for storing: the reference's codes and transcript."""
         params = parse_higgs_audio_v2_params(decode_params(inputs.scalar(PARAMS, "")))

@@ -4,7 +4,7 @@ design from attributes in `instructions`, cloning from a reference with its tran
 from __future__ import annotations
 
 
-from ...family import Capabilities, DocumentedRequest, Family, Variant, lazy, quick_start, synthetic_reference
+from ...family import Capabilities, DocumentedRequest, Family, VoiceMode, Variant, lazy, quick_start, synthetic_reference
 from .request import FIELDS, parse_omnivoice_params
 
 
@@ -30,6 +30,7 @@ FAMILY = Family(
     checkpoint_required=True,
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voice_encoder="omnivoice_prompt",
+    voice_modes=(VoiceMode("clone", "the reference's codes, loudness and transcript", transcript=True),),
     released_names=("k2-fsa/OmniVoice",),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     graphs=lazy(__package__, ".stages:export_graphs"),

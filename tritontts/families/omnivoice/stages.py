@@ -162,6 +162,9 @@ class OmniVoicePromptStage(StreamingStage):
         codes = self.references.get(key, lambda: self.encoder.encode(audio.astype(np.float32)))
         return codes, add_punctuation(params.ref_text), rms
 
+    def voice_fingerprint(self) -> str:
+        return self.fingerprint
+
     def encode_voice(self, inputs: Inputs) -> bytes:
         """An uploaded voice for storing: the reference's codes, its RMS and transcript."""
         params = parse_omnivoice_params(decode_params(inputs.scalar(PARAMS, "")))

@@ -7,8 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...family import (
-    Capabilities, DocumentedRequest, Family, REF_AUDIO, REF_TEXT, Variant, lazy, quick_start, synthetic_reference)
+    Capabilities, DocumentedRequest, Family, REF_AUDIO, REF_TEXT, SpeakerEmbeddings, Variant, VoiceMode, lazy,
+    quick_start, synthetic_reference)
 from .request import FIELDS, parse_qwen3_tts_params
+
+# How a Base checkpoint stores a voice from a recording (vLLM-Omni's precompute_custom_voice.py
+# modes). The packed features say which (their `mode` metadata), so a request that names the
+# voice clones the way it was stored.
+ICL = VoiceMode("icl", "Base: x-vector + the reference's codes and transcript, cloned in context",
+                transcript=True)
+XVEC = VoiceMode("xvec", "Base: the x-vector alone (x_vector_only_mode; no transcript)",
+                 transcript=False, params={"x_vector_only_mode": True})
+# A voice stored from a speaker embedding (an upload's speaker_embedding, a blend) is in
+# tritontts.voice.EMBEDDING_MODE.
 
 
 def _voices(path: Path | None) -> list[str]:
@@ -53,6 +64,9 @@ FAMILY = Family(
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voices=_voices,
     voice_encoder="qwen3_tts_prompt",
+    voice_modes=(ICL, XVEC),
+    # CustomVoice speaks a preset's codec-table row, Base an x-vector: both one speaker row.
+    speaker_embeddings=SpeakerEmbeddings(presets=lazy(__package__, ".speakers:preset_embeddings")),
     released_names=tuple(f"Qwen/Qwen3-TTS-12Hz-{size}-{kind}" for size, kind in (
         ("0.6B", "CustomVoice"), ("1.7B", "CustomVoice"), ("1.7B", "VoiceDesign"),
         ("0.6B", "Base"), ("1.7B", "Base"))),

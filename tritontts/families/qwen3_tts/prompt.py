@@ -206,6 +206,19 @@ def custom_voice_prompt(talker: Qwen3TTSTalker, input_ids: Sequence[int], speake
                         talker.embed_codec(spk), instruct_ids, non_streaming=non_streaming)
 
 
+def speaker_row_prompt(talker: Qwen3TTSTalker, input_ids: Sequence[int], speaker_row: Tensor,
+                       language: str = AUTO_LANGUAGE, instruct_ids: Sequence[int] | None = None,
+                       non_streaming: bool = False) -> TalkerPrompt:
+    """CustomVoice with the speaker row given as a vector [H] (a stored voice, e.g. a blend
+    of presets) in place of a preset's codec_embedding row; a preset's own row gives exactly
+    its custom_voice_prompt (but for a dialect speaker's language id: a row has no dialect)."""
+    dim = talker.config.talker.hidden_size
+    if speaker_row.numel() != dim:
+        raise ValueError(f"speaker row has {speaker_row.numel()} values; this checkpoint's talker needs {dim}")
+    return build_prompt(talker, input_ids, codec_language_id(talker.config, language), speaker_row,
+                        instruct_ids, non_streaming=non_streaming)
+
+
 def voice_design_prompt(talker: Qwen3TTSTalker, input_ids: Sequence[int],
                         instruct_ids: Sequence[int] | None, language: str = AUTO_LANGUAGE,
                         non_streaming: bool = False) -> TalkerPrompt:

@@ -21,8 +21,12 @@ voice input, handled by the stage: the CustomVoice speaker, any case):
   temperature, top_k, top_p, repetition_penalty, subtalker_temperature, subtalker_top_k,
   subtalker_top_p            sampling overrides (over generation_config.json), e.g. in
                              extra_params; tritontts.sampling checks them
-  voice_features             Base: a stored voice's features (tritontts.voice; the front
-                             sends them for a voice uploaded with POST /v1/audio/voices)
+  voice_features             a stored voice's features (tritontts.voice; the front sends
+                             them for a voice uploaded with POST /v1/audio/voices or written
+                             by tritontts-voice): on Base they clone as they were stored (icl,
+                             xvec, or an embedding); on CustomVoice a voice stored from a
+                             speaker embedding (e.g. a blend of presets) is the speaker row in
+                             place of a preset's. Absent task_type: the checkpoint's task
 
 parse_qwen3_tts_params checks what needs no checkpoint (the front calls it too);
 check_task checks the request against the loaded checkpoint (kind, languages, sizes).
@@ -55,7 +59,8 @@ FIELDS = RequestFields(
         "initial_codec_chunk_frames": "1..25: frames in the first audio chunk",
         "non_streaming_mode": "true: the whole text in the prefill; false: text fed step by step",
         VOICE_FEATURES:
-            "Base: a stored voice (tritontts.voice), sent by the front for an uploaded one",
+            "Base or CustomVoice: a stored voice (tritontts.voice), sent by the front for an uploaded one "
+            "(CustomVoice: one stored from a speaker embedding, e.g. a blend of presets)",
         "temperature": "sampling override (over generation_config.json)",
         "top_k": "sampling override (over generation_config.json)",
         "top_p": "sampling override (over generation_config.json)",
@@ -149,13 +154,17 @@ def parse_qwen3_tts_params(params: dict[str, Any]) -> Qwen3TTSParams:
     if features is not None and (ref_audio is not None or ref_text is not None or embedding is not None):
         raise InvalidRequest("a stored voice (voice_features) replaces ref_audio, ref_text and "
                              "speaker_embedding; send one or the other")
-    cloning = ref_audio is not None or ref_text is not None or embedding is not None or features is not None
+    cloning = ref_audio is not None or ref_text is not None or embedding is not None
     if task is None and cloning:
         task = "Base"           # as vLLM-Omni infers it from a voice reference
+    # A stored voice alone leaves the task to the checkpoint (check_task): Base clones it,
+    # CustomVoice speaks one stored from a speaker embedding.
     if task is not None and task != "Base":
-        for name in ("ref_audio", "ref_text", "x_vector_only_mode", "speaker_embedding", VOICE_FEATURES):
+        for name in ("ref_audio", "ref_text", "x_vector_only_mode", "speaker_embedding"):
             if params.get(name) is not None:
                 raise InvalidRequest(f"{name} is only valid for task_type Base (voice cloning)")
+        if features is not None and task != "CustomVoice":
+            raise InvalidRequest(f"{VOICE_FEATURES} (a stored voice) are for task_type Base or CustomVoice")
     if task == "VoiceDesign" and instructions is None:
         raise InvalidRequest("VoiceDesign needs instructions: a description of the voice to create")
     if task == "Base":
@@ -197,6 +206,13 @@ def check_task(params: Qwen3TTSParams, kind: str, *, languages: Iterable[str] | 
         raise InvalidRequest(
             f"task_type {task} needs a {needed} checkpoint ({CHECKPOINT_NAMES[needed]}); "
             f"the loaded checkpoint is {kind} (task_type {own})")
+    if params.voice_features is not None and task not in ("Base", "CustomVoice"):
+        raise InvalidRequest(f"a stored voice needs a base or custom_voice checkpoint ({CHECKPOINT_NAMES['base']} "
+                             f"or {CHECKPOINT_NAMES['custom_voice']}); the loaded checkpoint is {kind}")
+    if task != "Base" and params.x_vector_only_mode:
+        raise InvalidRequest("x_vector_only_mode is only valid for task_type Base (voice cloning)")
+    if task == "Base" and params.instructions is not None:
+        raise InvalidRequest("instructions are not used by Base voice cloning; omit them")
     if task == "VoiceDesign" and params.instructions is None:
         raise InvalidRequest("VoiceDesign needs instructions: a description of the voice to create")
     if task == "CustomVoice" and params.instructions is not None and model_size == "0b6":

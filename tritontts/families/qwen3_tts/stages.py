@@ -27,12 +27,12 @@ from ...serving.stage import PREPARES_REQUESTS, GroupedStage, Inputs, Stage, Sta
 from ... import sampling
 from ...sampling import SAMPLING
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
-from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
+from ...voice import EMBEDDING_MODE, checkpoint_fingerprint, pack_voice, unpack_voice
 
 from .checkpoint import Qwen3TTSCheckpoint
-from .family import FAMILY
-from .prompt import TextTokenizer, base_prompt, custom_voice_prompt, voice_design_prompt
-from .request import Qwen3TTSParams, check_task, parse_qwen3_tts_params
+from .family import FAMILY, ICL, XVEC
+from .prompt import TextTokenizer, base_prompt, custom_voice_prompt, speaker_row_prompt, voice_design_prompt
+from .request import CHECKPOINT_NAMES, Qwen3TTSParams, check_task, parse_qwen3_tts_params
 from .talker import CONTROL_TAIL, load_talker
 
 SAMPLE_RATE_HZ = 24000
@@ -74,7 +74,10 @@ class Qwen3TTSPromptStage(Stage):
         self.fingerprint = checkpoint_fingerprint(root, [
             name for name in ("model.safetensors", "speech_tokenizer", "tokenizer.json", "vocab.json",
                               "merges.txt", "tokenizer_config.json") if (root / name).exists()])
-        self.voice_spec = {"embedding": (np.float32, (self.checkpoint.config.speaker_embedding_dim,)),
+        # A stored voice's vector is one speaker row of the prompt: the x-vector (Base, whose
+        # enc_dim is the talker's width) or a CustomVoice row (e.g. a blend of presets).
+        self.row_dim = self.checkpoint.config.talker.hidden_size
+        self.voice_spec = {"embedding": (np.float32, (self.row_dim,)),
                            "codes": (np.int64, (None, CODE_GROUPS)), "ref_ids": (np.int64, (None,))}
 
     @torch.no_grad()
@@ -106,8 +109,15 @@ class Qwen3TTSPromptStage(Stage):
         ids = self.tokenizer.assistant_ids(text)
         no_codes = np.zeros((0, CODE_GROUPS), np.int32)
         if task == "CustomVoice":
-            speaker = self.speaker(voice)
             instruct = self.tokenizer.instruct_ids(params.instructions) if params.instructions else None
+            if params.voice_features is not None:
+                if voice not in ("", "default"):
+                    raise InvalidRequest(f"voice {voice!r} and a stored voice (voice_features): the stored "
+                                         "voice replaces the preset speaker; use voice 'default'")
+                return speaker_row_prompt(self.talker, ids, self.stored_row(params.voice_features),
+                                          params.language, instruct,
+                                          non_streaming=params.non_streaming_mode), no_codes
+            speaker = self.speaker(voice)
             return custom_voice_prompt(self.talker, ids, speaker, params.language, instruct,
                                        non_streaming=params.non_streaming_mode), no_codes
         self.require_default_voice(voice, task)
@@ -126,11 +136,7 @@ class Qwen3TTSPromptStage(Stage):
         """The voice Base clones: (x-vector [H], and for in-context cloning the reference's
         codes [R, 16] and transcript ids; else None, None)."""
         if params.voice_features is not None:
-            arrays, _ = unpack_voice(params.voice_features, FAMILY.name, self.fingerprint,
-                                     self.voice_spec, optional=("codes", "ref_ids"))
-            if ("codes" in arrays) != ("ref_ids" in arrays):
-                raise InvalidRequest("voice_features hold reference codes without their "
-                                     "transcript ids (or the other way round); upload the voice again")
+            arrays = self.stored(params.voice_features)
             embedding = torch.from_numpy(arrays["embedding"])
             if params.x_vector_only_mode or "codes" not in arrays:
                 return embedding, None, None
@@ -145,14 +151,56 @@ class Qwen3TTSPromptStage(Stage):
         codes = self.references.get("c" + key, lambda: self.speech_encoder.encode(audio))
         return embedding, codes, self.tokenizer.ref_ids(params.ref_text)
 
+    def voice_fingerprint(self) -> str:
+        return self.fingerprint
+
+    def stored(self, blob: bytes) -> dict[str, np.ndarray]:
+        """A stored voice's arrays, checked: its `mode` metadata (absent in voices stored
+        before it was written) agrees with whether it holds reference codes."""
+        arrays, meta = unpack_voice(blob, FAMILY.name, self.fingerprint, self.voice_spec,
+                                    optional=("codes", "ref_ids"))
+        if ("codes" in arrays) != ("ref_ids" in arrays):
+            raise InvalidRequest("voice_features hold reference codes without their "
+                                 "transcript ids (or the other way round); upload the voice again")
+        mode = meta.get("mode")
+        if mode is not None and (mode == ICL.name) != ("codes" in arrays):
+            raise InvalidRequest(f"voice_features say mode {mode!r} but hold "
+                                 f"{'reference codes' if 'codes' in arrays else 'no reference codes'}; "
+                                 "upload the voice again")
+        return arrays
+
+    def stored_row(self, blob: bytes) -> torch.Tensor:
+        """The speaker row of a voice a CustomVoice checkpoint speaks: one stored from a
+        speaker embedding (a voice cloned in context needs a base checkpoint)."""
+        arrays = self.stored(blob)
+        if "codes" in arrays:
+            raise InvalidRequest(f"this stored voice clones in context (mode {ICL.name}), which needs a base "
+                                 f"checkpoint ({CHECKPOINT_NAMES['base']}); the loaded checkpoint is "
+                                 f"{self.checkpoint.kind}")
+        return torch.from_numpy(arrays["embedding"])
+
     @torch.no_grad()
     def encode_voice(self, inputs: Inputs) -> bytes:
-        """A Base voice for storing: the x-vector, plus the reference's codes and transcript
-        ids when it has a transcript (in-context cloning)."""
+        """A voice for storing, its `mode` in the metadata. Base: the x-vector, plus the
+        reference's codes and transcript ids when it has a transcript (icl); the x-vector
+        alone without one or with x_vector_only_mode (xvec); a speaker_embedding as given
+        (embedding). CustomVoice: a speaker_embedding (embedding), spoken as the speaker row
+        in place of a preset's (e.g. a blend of presets, tritontts-voice blend)."""
         params = parse_qwen3_tts_params(decode_params(inputs.scalar(PARAMS, "")))
         if params.task_type != "Base" or params.voice_features is not None:
             raise InvalidRequest("a Qwen3-TTS voice is stored from ref_audio (with ref_text for "
                                  "in-context cloning) or from speaker_embedding")
+        if self.checkpoint.kind == "custom_voice":
+            if params.speaker_embedding is None:
+                raise InvalidRequest("a custom_voice checkpoint stores a voice from speaker_embedding only (a "
+                                     "speaker row, e.g. a blend of its presets); cloning a recording needs a "
+                                     f"base checkpoint ({CHECKPOINT_NAMES['base']})")
+            if len(params.speaker_embedding) != self.row_dim:
+                raise InvalidRequest(f"speaker_embedding has {len(params.speaker_embedding)} values; "
+                                     f"this checkpoint's speaker rows have {self.row_dim}")
+            row = np.asarray(params.speaker_embedding, np.float32)
+            return pack_voice(FAMILY.name, self.fingerprint, {"embedding": row}, ref_text="",
+                              mode=EMBEDDING_MODE)
         check_task(params, self.checkpoint.kind,
                    speaker_embedding_dim=self.checkpoint.config.speaker_embedding_dim)
         embedding, codes, ref_ids = self.reference(params)
@@ -160,7 +208,9 @@ class Qwen3TTSPromptStage(Stage):
         if codes is not None:
             arrays["codes"] = codes.numpy().astype(np.int64)
             arrays["ref_ids"] = np.asarray(ref_ids, np.int64)
-        return pack_voice(FAMILY.name, self.fingerprint, arrays, ref_text=params.ref_text or "")
+        mode = (EMBEDDING_MODE if params.speaker_embedding is not None else
+                ICL.name if codes is not None else XVEC.name)
+        return pack_voice(FAMILY.name, self.fingerprint, arrays, ref_text=params.ref_text or "", mode=mode)
 
     def speaker(self, voice: str) -> str:
         speakers = self.checkpoint.speakers

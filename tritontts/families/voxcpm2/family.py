@@ -3,7 +3,7 @@ its transcript, also continued from it); 48 kHz, streamed patch by patch."""
 from __future__ import annotations
 
 
-from ...family import Capabilities, DocumentedRequest, Family, REF_AUDIO, lazy, quick_start, synthetic_reference
+from ...family import Capabilities, DocumentedRequest, Family, VoiceMode, REF_AUDIO, lazy, quick_start, synthetic_reference
 from .request import FIELDS, parse_voxcpm2_params
 
 
@@ -30,6 +30,11 @@ FAMILY = Family(
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voices=lambda checkpoint: ["default"],
     voice_encoder="voxcpm2_prompt",
+    # vLLM-Omni's precompute_custom_voice.py modes; a ref_continuation voice also speaks as
+    # clone_mode reference or continuation (the request's clone_mode picks).
+    voice_modes=(VoiceMode("ref_continuation", "the reference patches and the continuation patches, with "
+                           "the transcript", transcript=True),
+                 VoiceMode("reference", "the reference patches alone (no transcript)", transcript=False)),
     released_names=("openbmb/VoxCPM2",),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     # Cloning (the family's richer path; zero-shot is covered by its own end-to-end tests).

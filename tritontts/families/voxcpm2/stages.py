@@ -123,6 +123,9 @@ class VoxCPM2PromptStage(Stage):
 
         return self.references.get(key, encode)
 
+    def voice_fingerprint(self) -> str:
+        return self.fingerprint
+
     def encode_voice(self, inputs: Inputs) -> bytes:
         """A voice for storing: the recording's reference patches, and with a transcript its
         continuation patches too (the transcript is stored with them)."""
