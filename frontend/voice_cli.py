@@ -150,8 +150,8 @@ def readable_store(root: Path) -> VoiceStore:
     return VoiceStore(root, max_voices=UNCAPPED, read_only=True)
 
 
-def check_new_voice(store: VoiceStore, name: str, family: Family, checkpoint: Path, model: str) -> str:
-    """The checked name, free in the store and not a built-in voice of the checkpoint."""
+def new_name(store: VoiceStore, name: str) -> str:
+    """The checked name, free in the store (as the upload checks it)."""
     try:
         name = check_name(name)
         store.check_new(name)
@@ -160,10 +160,13 @@ def check_new_voice(store: VoiceStore, name: str, family: Family, checkpoint: Pa
         if exc.status == 409 and "DELETE /v1/audio/voices" in message:
             message += f" or tritontts-voice delete --voices-dir {store.root} {name!r}"
         raise CliError(message) from None
-    builtin = family.voices(checkpoint)
-    if any(v.casefold() == name.casefold() for v in builtin):
-        raise CliError(f"name {name!r} is a built-in voice of {model}; choose another")
     return name
+
+
+def not_builtin(name: str, family: Family, checkpoint: Path, model: str) -> None:
+    """A built-in voice wins over a stored one of its name: refused, as the upload refuses it."""
+    if any(v.casefold() == name.casefold() for v in family.voices(checkpoint)):
+        raise CliError(f"name {name!r} is a built-in voice of {model}; choose another")
 
 
 def write(store: VoiceStore, voice: StoredVoice, reference: bytes | None, extension: str,
@@ -221,14 +224,16 @@ def precompute(args) -> int:
         raise _fail(exc) from None
     ref_text = transcript(args)
     store = writable_store(args.voices_dir)
-    open_checkpoint(family, args.checkpoint)
-    name = check_new_voice(store, args.name, family, args.checkpoint, model)
+    name = new_name(store, args.name)
+    # What the recording is and how it is stored, checked before the checkpoint is read.
     audio, extension, seconds = read_recording(args.audio)
     try:
         mode, params = recording_params(family, audio, ref_text, args.mode)
     except SpeechError as exc:
         hint = "; give it with --ref-text or --ref-text-file" if exc.param == "ref_text" and not ref_text else ""
         raise CliError(exc.message + hint) from None
+    open_checkpoint(family, args.checkpoint)
+    not_builtin(name, family, args.checkpoint, model)
     blob = encode(voice_encoder(family, args.checkpoint, model, args.device), model, params)
     voice = StoredVoice(name=name, consent=consent, created=int(time.time()), ref_text=ref_text,
                         speaker_description=description, mime_type=f"audio/{extension}",
@@ -301,8 +306,9 @@ def blend(args) -> int:
     except SpeechError as exc:
         raise _fail(exc) from None
     store = writable_store(args.voices_dir)
+    name = new_name(store, args.name)
     open_checkpoint(family, args.checkpoint)
-    name = check_new_voice(store, args.name, family, args.checkpoint, model)
+    not_builtin(name, family, args.checkpoint, model)
     try:
         presets = family.speaker_embeddings.presets(args.checkpoint)
     except CheckpointError as exc:

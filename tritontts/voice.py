@@ -53,10 +53,30 @@ def checkpoint_fingerprint(root: Path, names: Iterable[str]) -> str:
 
 def pack_voice(family: str, fingerprint: str, arrays: dict[str, np.ndarray],
                **meta: str) -> bytes:
+    """The arrays and metadata as safetensors bytes, the same bytes for the same features
+    (canonical_safetensors): a voice computed twice (an upload, tritontts-voice precompute)
+    is one file."""
     from safetensors.numpy import save
 
     header = {"family": family, "fingerprint": fingerprint, **meta}
-    return save({k: np.ascontiguousarray(v) for k, v in arrays.items()}, metadata=header)
+    return canonical_safetensors(save({k: np.ascontiguousarray(v) for k, v in arrays.items()},
+                                      metadata=header))
+
+
+def canonical_safetensors(blob: bytes) -> bytes:
+    """safetensors bytes with their header in one order: metadata keys sorted, tensors in
+    the order of their data. The library writes the metadata from a hash map whose order
+    changes from one call to the next, so the same arrays and metadata came out as
+    different bytes. The data is untouched (its offsets count from the header's end)."""
+    (size,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + size])
+    ordered: dict[str, Any] = {}
+    if "__metadata__" in header:
+        ordered["__metadata__"] = dict(sorted(header.pop("__metadata__").items()))
+    ordered.update(sorted(header.items(), key=lambda item: (item[1]["data_offsets"], item[0])))
+    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode()
+    text += b" " * (-len(text) % 8)         # the data stays 8-byte aligned, as the library keeps it
+    return struct.pack("<Q", len(text)) + text + blob[8 + size:]
 
 
 def voice_metadata(blob: bytes) -> dict[str, str]:
@@ -154,7 +174,7 @@ def transcribed_reference(params: dict[str, Any], family_label: str, transcript_
 def blend_embeddings(vectors: list[np.ndarray], weights: list[float]) -> np.ndarray:
     """The weighted mean of speaker vectors, sum(w_i * v_i) / sum(w_i), computed in float64
     and returned as float32: the weights are shares, so A:0.7 B:0.3 and A:7 B:3 are one
-    voice and the blend stays on the scale of its parts (its length is not rescaled: the
+    voice (to float32 rounding) and the blend stays on the scale of its parts (its length is not rescaled: the
     mean of two unlike vectors is shorter than either, as interpolating between them is).
     ValueError for weights that are not positive finite numbers (or sum to 0), or vectors
     of different lengths."""

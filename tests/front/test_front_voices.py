@@ -182,3 +182,75 @@ def test_a_precomputed_voice_encodes_for_a_new_model_once_and_keeps_it_in_memory
             assert r.status_code == 200
     assert [e["model"] for e in fake.encoded] == ["cosyvoice3-big_prompt"]
     assert not (tmp_path / "a" / "alice" / "features" / "cosyvoice3-big.safetensors").exists()
+
+
+# --- voice modes: what an upload with or without a transcript asks each model ---------------
+
+from tritontts.families import FAMILIES  # noqa: E402
+
+# A family with a voice mode that takes no transcript, found by its declaration.
+BARE = next(f for f in FAMILIES.values() if any(not m.transcript for m in f.voice_modes))
+
+
+def upload_without_transcript(client, name="Alice"):
+    return client.post("/v1/audio/voices", data={"name": name, "consent": "rec-1"},
+                       files={"audio_sample": ("alice.wav", wav(2.0), "audio/wav")})
+
+
+def test_an_upload_without_ref_text_asks_for_the_familys_mode_without_a_transcript(tmp_path):
+    client, fake = front(tmp_path, ("piper", BARE.name))
+    with client:
+        r = upload_without_transcript(client)
+        listed = client.get("/v1/audio/voices").json()["uploaded_voices"][0]
+    mode = BARE.voice_mode(False)
+    assert r.status_code == 200, r.text
+    assert not mode.transcript and mode.params, "the declaration under test selects its mode by params"
+    assert fake.encoded[0]["params"] == {"ref_audio": base64.b64encode(wav(2.0)).decode(), **mode.params}
+    assert listed["modes"] == {BARE.name: mode.name} and listed["ref_text"] is None
+
+
+def test_an_upload_with_ref_text_asks_for_the_familys_mode_with_one(tmp_path):
+    """Control for the test above: the transcript selects the other mode, whose request
+    carries ref_text and none of the other mode's fields."""
+    client, fake = front(tmp_path, ("piper", BARE.name))
+    with client:
+        r = upload(client)
+    mode = BARE.voice_mode(True)
+    assert r.status_code == 200 and r.json()["voice"]["modes"] == {BARE.name: mode.name}
+    params = fake.encoded[0]["params"]
+    assert params["ref_text"] == "The reference voice." and not set(BARE.voice_mode(False).params) & set(params)
+
+
+def test_an_upload_without_ref_text_to_a_family_that_needs_one_is_400_asking_for_it_without_asking_triton(tmp_path):
+    client, fake = front(tmp_path)          # piper and cosyvoice3
+    with client:
+        r = upload_without_transcript(client)
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["param"] == "ref_text", r.text
+    assert "cosyvoice3: a transcript of the recording is required (ref_text)" in error["message"]
+    assert fake.encoded == [] and list(tmp_path.iterdir()) == []
+
+
+def test_without_ref_text_the_voice_is_stored_for_the_models_that_take_none_and_the_others_say_why(tmp_path):
+    client, fake = front(tmp_path, ("piper", "cosyvoice3", BARE.name))
+    with client:
+        r = upload_without_transcript(client)
+    voice = r.json()["voice"]
+    assert r.status_code == 200 and voice["models"] == [BARE.name]
+    assert "transcript" in voice["unusable_by"]["cosyvoice3"]
+    assert [e["model"] for e in fake.encoded] == [BARE.voice_encoder]
+
+
+def test_a_model_served_later_encodes_the_kept_recording_in_the_mode_it_was_stored_in(tmp_path):
+    client, _ = front(tmp_path, ("piper", BARE.name))
+    with client:
+        upload_without_transcript(client)
+    other = f"{BARE.name}-other"
+    client, fake = front(tmp_path, ("piper", BARE.name, other))
+    with client:
+        r = client.post("/v1/audio/speech", json={"model": other, "input": "Hi.", "voice": "Alice"})
+    # The scripted stage's features pass; what matters is the request it was asked.
+    assert r.status_code == 200, r.text
+    assert fake.encoded[0]["model"] == f"{other}_{BARE.voice_encoder[len(BARE.name) + 1:]}"
+    assert fake.encoded[0]["params"] == {"ref_audio": base64.b64encode(wav(2.0)).decode(),
+                                         **BARE.voice_mode(False).params}
