@@ -2,8 +2,8 @@
 says what to fix (for a recording, the upload route's own 400 message, compared here with
 what the front answers for the same bytes), checked before any checkpoint is read; list,
 inspect and delete on a folder a front wrote. The features themselves (the family's stage
-run in-process, byte-equal to an upload's) are tests/test_voice_features.py's and
-tests/qwen3_tts/test_qwen3_tts_voices.py's."""
+run in-process, byte-equal to an upload's) are tests/test_voice_features.py's; blends of
+real speaker vectors are in the tests of the family that declares them."""
 from __future__ import annotations
 
 import json

@@ -1,8 +1,10 @@
 """Two fronts over one real tritonserver, given one voices directory (what two front pods on
 a ReadWriteMany volume are): a voice uploaded on front A is spoken by name on front B, a
 delete on A is a 404 on B within a second, and two simultaneous uploads of one name, one to
-each front, land one voice (one success, one 409). cosyvoice3 on its tiny random checkpoint
-is the cloning family; one server start for the module."""
+each front, land one voice (one success, one 409); `tritontts-voice precompute` writes the
+features file the server stores for an upload of the same recording, byte for byte, and a
+voice it writes into the shared directory is spoken by both fronts. cosyvoice3 on its tiny
+random checkpoint is the cloning family; one server start for the module."""
 from __future__ import annotations
 
 import base64
@@ -57,6 +59,16 @@ class SecondFront:
         if self.proc.poll() is None:
             self.proc.terminate()
         return self.proc.wait(30)
+
+
+def precompute(voices, name: str, audio, checkpoint) -> subprocess.CompletedProcess:
+    """tritontts-voice precompute (its entry point, frontend.voice_cli:main, run as a module
+    so that this checkout's code runs whatever the environment has installed)."""
+    return subprocess.run(
+        [sys.executable, "-m", "frontend.voice_cli", "precompute", "--family", FAMILY,
+         "--checkpoint", str(checkpoint), "--voices-dir", str(voices), "--name", name,
+         "--audio", str(audio), "--consent", "rec-cli", "--ref-text", REFERENCE_TEXT],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +150,35 @@ def test_one_name_uploaded_to_both_fronts_at_once_is_one_success_and_one_409(fro
     assert sorted(p.name for p in voices.iterdir() if not p.name.startswith(".tmp-")) == ["twice"]
     assert speak(b, "Twice").status_code == 200
     assert httpx.delete(b + "/v1/audio/voices/Twice").status_code == 200
+
+
+def test_precompute_writes_the_features_the_server_stores_byte_for_byte_and_a_voice_it_writes_is_spoken(
+        fronts, random_checkpoints, tmp_path):
+    a, b, voices = fronts
+    checkpoint = random_checkpoints.get(FAMILY)         # the one the server serves
+    audio = tmp_path / "reference.wav"
+    audio.write_bytes(reference_wav())
+    r = upload(a, "Uploaded")
+    assert r.status_code == 200, r.text
+    done = precompute(tmp_path / "offline", "Uploaded", audio, checkpoint)
+    assert done.returncode == 0, done.stderr
+    features = f"features/{FAMILY}.safetensors"
+    served = (voices / "uploaded" / features).read_bytes()
+    assert (tmp_path / "offline" / "uploaded" / features).read_bytes() == served
+    assert (tmp_path / "offline" / "uploaded" / "reference.wav").read_bytes() == reference_wav()
+
+    # Written straight into the shared directory: no upload, no restart, both fronts speak it.
+    done = precompute(voices, "Offline", audio, checkpoint)
+    assert done.returncode == 0, done.stderr
+    assert "Offline" in [v["name"] for v in httpx.get(b + "/v1/audio/voices").json()["uploaded_voices"]]
+    spoken = speak(b, "offline")
+    assert spoken.status_code == 200, spoken.text
+    audio_out, rate = decode(spoken.content)
+    assert rate == FAMILIES[FAMILY].capabilities.sample_rate and rms(audio_out) > 0
+    # One set of features: the seeded request speaks the same audio as the uploaded voice.
+    assert speak(a, "Offline").content == spoken.content == speak(b, "Uploaded").content
+    # A name the server already holds is refused offline too (exit 2, saying how to free it).
+    again = precompute(voices, "offline", audio, checkpoint)
+    assert again.returncode == 2 and "exists" in again.stderr, again.stderr
+    for name in ("Offline", "Uploaded"):
+        assert httpx.delete(f"{a}/v1/audio/voices/{name}").status_code == 200
