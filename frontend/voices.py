@@ -46,8 +46,9 @@ wrong on network filesystems), a missing one by its nearest existing parent bein
 writable directory (access()). The directory itself is created on the first upload, so a
 front nobody uploads to leaves no trace.
 
-Precomputed voices (folders in the same layout, e.g. copied from another server) can be
-loaded read-only from further directories at start; they are read once, not rescanned,
+tritontts-voice (frontend/voice_cli.py) writes folders in this layout offline, through this
+store (read_only for its list and inspect: nothing swept). Precomputed voices (folders in
+the same layout, e.g. copied from another server) can be loaded read-only from further directories at start; they are read once, not rescanned,
 and features computed for them are kept in memory only.
 """
 from __future__ import annotations
