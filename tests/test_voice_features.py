@@ -296,3 +296,10 @@ def test_packed_features_are_the_same_bytes_every_time():
     blob = packed.pop()
     assert voice_metadata(blob) == {"family": "f", "fingerprint": "p", **meta}
     assert {k: v.tolist() for k, v in load(blob).items()} == {k: v.tolist() for k, v in arrays.items()}
+
+
+def test_the_voice_fingerprint_a_stage_reports_is_the_one_its_features_carry(encoder):
+    """tritontts-voice compares stored features with a checkpoint through it."""
+    family, stage = encoder
+    blob = stage.encode_voice(inputs_of({"ref_audio": reference(), "ref_text": "The reference voice."}))
+    assert stage.voice_fingerprint() == voice_metadata(blob)["fingerprint"] == stage_fingerprint(stage)

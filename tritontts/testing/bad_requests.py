@@ -221,6 +221,9 @@ UPLOADS = [
     _upload("upload consent too long", 400, "limit is 256", "consent", consent="c" * 300),
     _upload("upload embedding cosyvoice3 cannot use", 400, "no served model can use this voice", None,
             files={}, needs_triton=True, speaker_embedding="[0.1, 0.2]"),
+    # The served cloning family needs a transcript: the front says so, before any stage.
+    _upload("upload without the transcript cosyvoice3 needs", 400, "transcript of the recording is required",
+            "ref_text"),
     Bad("delete unknown voice", "delete", "no-such-voice", 404, "does not exist", "name"),
     Bad("delete traversal name", "delete", "..%2F..%2Fetc", 404, "does not exist"),
 ]
