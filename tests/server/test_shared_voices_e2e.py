@@ -19,7 +19,7 @@ import pytest
 
 from tritontts.families import FAMILIES
 from tritontts.testing.audio import decode, rms
-from tritontts.testing.stack import REPO, Stack, free_port, tiny_engine_args
+from tritontts.testing.stack import REPO, Stack, free_port
 
 FAMILY = "cosyvoice3"
 REFERENCE_TEXT = "This is the reference voice."
@@ -71,24 +71,21 @@ def precompute(voices, name: str, audio, checkpoint) -> subprocess.CompletedProc
         cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
+# The family's pooled server (shared with its other end-to-end modules: no extra start);
+# its front keeps voices in <its folder>/voices, which the second front is given too.
+STACK_FAMILIES = (FAMILY,)
+
+
 @pytest.fixture(scope="module")
-def fronts(stacks, random_checkpoints, caches, tmp_path_factory):
+def fronts(stack, tmp_path_factory):
     """(front A's URL, front B's URL, the shared voices directory)."""
-    stacks.close()          # one server at a time on this machine
-    stacks.prepare((FAMILY,))
-    voices = tmp_path_factory.mktemp("shared-voices")
-    stack = Stack(tmp_path_factory.mktemp("shared-voices-a"), (FAMILY,),
-                  {FAMILY: random_checkpoints.get(FAMILY)}, caches,
-                  extra_args=("--voices-dir", str(voices), *tiny_engine_args((FAMILY,)))).start()
-    second = None
+    voices = stack.log.parent / "voices"
+    second = SecondFront(stack, voices, tmp_path_factory.mktemp("shared-voices-b") / "front.log")
     try:
-        second = SecondFront(stack, voices, tmp_path_factory.mktemp("shared-voices-b") / "front.log")
         second.wait_ready()
         yield stack.url, second.url, voices
     finally:
-        if second is not None:
-            assert second.stop() == 0, second.log.read_text()[-4000:]
-        assert stack.stop() == 0, stack.tail()
+        assert second.stop() == 0, second.log.read_text()[-4000:]
 
 
 def upload(url: str, name: str, consent: str = "rec-1") -> httpx.Response:
@@ -147,7 +144,9 @@ def test_one_name_uploaded_to_both_fronts_at_once_is_one_success_and_one_409(fro
     for url in (a, b):
         listed = {v["name"]: v for v in httpx.get(url + "/v1/audio/voices").json()["uploaded_voices"]}
         assert listed["Twice"]["consent"] == f"rec-{winner}"
-    assert sorted(p.name for p in voices.iterdir() if not p.name.startswith(".tmp-")) == ["twice"]
+    # one folder for the name, whole: the winner's metadata beside its own reference
+    assert [p.name for p in voices.iterdir() if p.name.casefold() == "twice"] == ["twice"]
+    assert f"rec-{winner}" in (voices / "twice" / "voice.json").read_text()
     assert speak(b, "Twice").status_code == 200
     assert httpx.delete(b + "/v1/audio/voices/Twice").status_code == 200
 

@@ -105,11 +105,14 @@ def started(stack, timeout: float) -> tuple[float | None, str | None]:
 
 def speak(url: str, body: dict[str, Any], rate: int) -> dict[str, Any]:
     began, first, size = time.perf_counter(), None, 0
-    with httpx.stream("POST", url + "/v1/audio/speech", json=body, timeout=3600) as r:
-        status = r.status_code
-        for piece in r.iter_bytes():
-            first = first or time.perf_counter() - began
-            size += len(piece)
+    try:
+        with httpx.stream("POST", url + "/v1/audio/speech", json=body, timeout=3600) as r:
+            status = r.status_code
+            for piece in r.iter_bytes():
+                first = first or time.perf_counter() - began
+                size += len(piece)
+    except httpx.HTTPError as exc:          # a raw-audio stream that failed mid-way is cut
+        status = f"cut after {size} bytes ({type(exc).__name__})"
     wall = time.perf_counter() - began
     audio = size / 2 / rate if status == 200 else 0.0
     return {"status": status, "first_audio_s": first, "audio_s": audio, "wall_s": wall,
