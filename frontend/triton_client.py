@@ -52,23 +52,6 @@ class SpeechClient(Protocol):
     def synthesize(self, model: str, text: str, voice: str, params: dict,
                    request_id: str) -> AsyncIterator[AudioChunk]: ...
 
-    async def pipeline_executions(self, model: str) -> int | None:
-        """How many executions the ensemble `model`'s stages have finished (Triton's
-        statistics), None if the server cannot say: what tells a stream queued behind other
-        requests' work from one whose stage died."""
-        try:
-            steps = self._steps.get(model)
-            if steps is None:
-                config = (await self._client.get_model_config(model, as_json=True))["config"]
-                steps = frozenset(step["model_name"] for step in
-                                  config.get("ensemble_scheduling", {}).get("step", [])) or frozenset([model])
-                self._steps[model] = steps
-            stats = await self._client.get_inference_statistics(as_json=True)
-            return sum(int(m.get("execution_count", 0)) for m in stats.get("model_stats", [])
-                       if m.get("name") in steps)
-        except Exception:  # noqa: BLE001 - unknown progress: the plain stall bound applies
-            return None
-
     async def encode_voice(self, model: str, params: dict) -> bytes: ...
 
     async def model_ready(self, model: str) -> bool: ...

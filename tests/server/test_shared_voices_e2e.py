@@ -19,7 +19,7 @@ import pytest
 
 from tritontts.families import FAMILIES
 from tritontts.testing.audio import decode, rms
-from tritontts.testing.stack import REPO, Stack, free_port
+from tritontts.testing.stack import REPO, Stack, free_port, wait_healthy
 
 FAMILY = "cosyvoice3"
 REFERENCE_TEXT = "This is the reference voice."
@@ -43,17 +43,8 @@ class SecondFront:
             cwd=REPO, env=stack.env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout: float = 120) -> "SecondFront":
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"second front exited {self.proc.returncode}:\n{self.log.read_text()[-4000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(self.log.read_text()[-4000:])
+        wait_healthy(self.proc, self.url, timeout, lambda: self.log.read_text()[-4000:], "second front")
+        return self
 
     def stop(self) -> int:
         if self.proc.poll() is None:

@@ -10,6 +10,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import httpx
 
@@ -131,6 +132,23 @@ def engine_processes(session: int | None = None) -> set[int]:
     return mine
 
 
+
+def wait_healthy(proc: subprocess.Popen, url: str, timeout: float, tail: Callable[[], str],
+                 what: str = "front") -> None:
+    """Until `url`/health answers 200; RuntimeError if `proc` exits first, TimeoutError
+    after `timeout` s (each with `tail()`, its log)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited {proc.returncode}:\n{tail()}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(tail())
+
 class Stack:
     """`python -m frontend` serving `families`, on free ports."""
 
@@ -173,17 +191,8 @@ class Stack:
         self.terminated = False
         self.proc = subprocess.Popen(self.command(), cwd=self.checkout, stdout=open(self.log, "wb"),
                                      stderr=subprocess.STDOUT, env=self.env)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"launcher exited {self.proc.returncode}:\n{self.tail()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(self.tail())
+        wait_healthy(self.proc, self.url, timeout, self.tail, "launcher")
+        return self
 
     def tail(self, chars: int = 4000) -> str:
         triton = self.triton_log.read_text()[-chars:] if self.triton_log.exists() else ""
