@@ -19,7 +19,7 @@ import pytest
 
 from tritontts.families import FAMILIES
 from tritontts.testing.audio import decode, rms
-from tritontts.testing.stack import REPO, Stack, free_port, wait_healthy
+from tritontts.testing.stack import REPO, Front
 
 FAMILY = "cosyvoice3"
 REFERENCE_TEXT = "This is the reference voice."
@@ -27,29 +27,6 @@ REFERENCE_TEXT = "This is the reference voice."
 
 def reference_wav() -> bytes:
     return base64.b64decode(FAMILIES[FAMILY].example_params()["ref_audio"])
-
-
-class SecondFront:
-    """`python -m frontend --triton-url` on another port, on the first front's tritonserver
-    and voices directory."""
-
-    def __init__(self, stack: Stack, voices, log):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "frontend", "--host", "127.0.0.1", "--port", str(self.port),
-             "--triton-url", stack.grpc_url, "--families", FAMILY, "--voices-dir", str(voices)],
-            cwd=REPO, env=stack.env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
-
-    def wait_ready(self, timeout: float = 120) -> "SecondFront":
-        wait_healthy(self.proc, self.url, timeout, lambda: self.log.read_text()[-4000:], "second front")
-        return self
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        return self.proc.wait(30)
 
 
 def precompute(voices, name: str, audio, checkpoint) -> subprocess.CompletedProcess:
@@ -71,9 +48,10 @@ STACK_FAMILIES = (FAMILY,)
 def fronts(stack, tmp_path_factory):
     """(front A's URL, front B's URL, the shared voices directory)."""
     voices = stack.log.parent / "voices"
-    second = SecondFront(stack, voices, tmp_path_factory.mktemp("shared-voices-b") / "front.log")
+    second = Front(stack, (FAMILY,), tmp_path_factory.mktemp("shared-voices-b") / "front.log",
+                   ("--voices-dir", str(voices)))
     try:
-        second.wait_ready()
+        second.start()
         yield stack.url, second.url, voices
     finally:
         assert second.stop() == 0, second.log.read_text()[-4000:]

@@ -1,6 +1,6 @@
 """The speech API end to end on the real server (piper with its real voice, cosyvoice3 on its
 tiny random checkpoint): the bad-request table with the server healthy after each case, a
-voice uploaded once and spoken by name across a restart, the WebSocket fed word by word,
+voice uploaded once and spoken by name across a restart of the front, the WebSocket fed word by word,
 a batch of mixed items, and the OpenAI SDK in every format."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from websockets.sync.client import connect
 from tritontts.families import FAMILIES
 from tritontts.testing.audio import decode, pcm16, rms
 from tritontts.testing.bad_requests import SERVED, TABLE, check_http, check_ws
-from tritontts.testing.stack import Stack, tiny_engine_args
+from tritontts.testing.stack import Front
 
 REFERENCE = {"ref_text": "This is the reference voice."}
 
@@ -39,31 +39,21 @@ def media(tmp_path_factory):
     httpd.shutdown()
 
 
+# The pooled server of both families; the module's front is its own (restarted below, with
+# a voices folder that outlives it and the media it may fetch), on that server's tritonserver.
+STACK_FAMILIES = SERVED
+
+
 @pytest.fixture(scope="module")
-def server(stacks, random_checkpoints, caches, tmp_path_factory, media):
-    """A server of its own (it is restarted), keeping voices in one folder across restarts."""
-    stacks.close()          # one server at a time on this machine
-    stacks.prepare(SERVED)
+def server(stack, tmp_path_factory, media):
+    """A front of its own on the pooled stack's tritonserver, keeping voices in one folder
+    across its restarts (uploaded voices are the front's state; Triton holds none)."""
     voices = tmp_path_factory.mktemp("voices")
-    checkpoint = random_checkpoints.get("cosyvoice3")
-
-    class Server:
-        def start(self):
-            self.stack = Stack(tmp_path_factory.mktemp("speech-api"), SERVED,
-                               {"cosyvoice3": checkpoint}, caches,
-                               extra_args=("--voices-dir", str(voices), "--allow-media-host",
-                                           "127.0.0.1", "--allowed-local-media-path",
-                                           str(media[0]), *tiny_engine_args(SERVED))).start()
-            self.url = self.stack.url
-            return self
-
-        def restart(self):
-            assert self.stack.stop() == 0, self.stack.tail()
-            return self.start()
-
-    served = Server().start()
-    yield served
-    assert served.stack.stop() == 0, served.stack.tail()
+    front = Front(stack, SERVED, tmp_path_factory.mktemp("speech-api") / "front.log",
+                  ("--voices-dir", str(voices), "--allow-media-host", "127.0.0.1",
+                   "--allowed-local-media-path", str(media[0]))).start()
+    yield front
+    assert front.stop() == 0, front.log.read_text()[-4000:]
 
 
 @pytest.fixture
@@ -94,7 +84,7 @@ def speak(http, **body):
     return r.content
 
 
-def test_uploaded_voice_speaks_exactly_like_its_reference_and_survives_a_restart(server, http):
+def test_uploaded_voice_speaks_exactly_like_its_reference_and_survives_a_front_restart(server, http):
     r = http.post("/v1/audio/voices", data={"name": "Narrator", "consent": "rec-42", **REFERENCE},
                   files={"audio_sample": ("narrator.wav", reference_wav(), "audio/wav")})
     assert r.status_code == 200, r.text

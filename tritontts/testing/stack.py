@@ -239,6 +239,40 @@ class Stack:
         return self.proc.returncode if self.proc else 0
 
 
+class Front:
+    """Another `python -m frontend --triton-url` on a running stack's tritonserver, on its own
+    port, with its own front arguments (e.g. another voices directory, media hosts): a second
+    front pod, or one that is restarted while the server stays up."""
+
+    def __init__(self, stack: Stack, families: tuple[str, ...], log: Path, extra_args: tuple[str, ...] = ()):
+        self.stack, self.families, self.log, self.extra_args = stack, tuple(families), log, extra_args
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    def start(self, timeout: float = 120) -> "Front":
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(
+            [self.stack.python, "-m", "frontend", "--host", "127.0.0.1", "--port", str(port),
+             "--triton-url", self.stack.grpc_url, "--families", ",".join(self.families), *self.extra_args],
+            cwd=self.stack.checkout, env=self.stack.env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
+        wait_healthy(self.proc, self.url, timeout, lambda: self.log.read_text()[-4000:], "front")
+        return self
+
+    def stop(self) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        return self.proc.wait(30)
+
+    def restart(self) -> "Front":
+        code = self.stop()
+        if code != 0:
+            raise RuntimeError(f"front exited {code}:\n{self.log.read_text()[-4000:]}")
+        return self.start()
+
+
 class StackPool:
     """One live stack at a time (2 cores, 24 GiB): `get(families)` reuses the live stack if
     it serves exactly those families and checkpoints, else stops it and starts one that
