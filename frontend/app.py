@@ -15,9 +15,13 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.staticfiles import StaticFiles
+
+from .demo_page import DEMO_PAGE
 
 from . import metrics
 from .media import MediaPolicy
+from .models_api import describe_models
 from .protocol import (BatchItemResult, BatchSpeechRequest, BatchSpeechResponse, ModelCard,
                        ModelList, SpeechRequest)
 from .serving import (Overloaded, SpeechError, SpeechService, error_response, served_models,
@@ -37,16 +41,19 @@ MAX_UPLOAD_BODY_BYTES = MAX_UPLOAD_BYTES + 1024 * 1024     # the form fields aro
 
 
 class ApiKey:
-    """With an API key set, every route but /health needs `Authorization: Bearer <key>`
-    (a WebSocket may send it as ?api_key=, since browsers cannot set its headers)."""
+    """With an API key set, every route but /health and the demo page's static files needs
+    `Authorization: Bearer <key>` (a WebSocket may send it as ?api_key=, since browsers
+    cannot set its headers; the page asks for the key and sends it on every API call)."""
 
     OPEN = ("/health",)
+    OPEN_PREFIXES = ("/demo/",)
 
     def __init__(self, app, key: str | None):
         self.app, self.key = app, key
 
     async def __call__(self, scope, receive, send):
-        if self.key is None or scope["type"] not in ("http", "websocket") or scope["path"] in self.OPEN:
+        if self.key is None or scope["type"] not in ("http", "websocket") or scope["path"] in self.OPEN \
+                or scope["path"] == "/demo" or scope["path"].startswith(self.OPEN_PREFIXES):
             return await self.app(scope, receive, send)
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
         given = header[7:] if header.lower().startswith("bearer ") else ""
@@ -203,6 +210,11 @@ def create_app(triton_url: str | list[str], families: list[str], max_in_flight: 
     async def remove_voice(name: str):
         return delete_voice(app.state.service, name)
 
+    @app.get("/v1/audio/models")
+    async def describe_audio_models():
+        service: SpeechService = app.state.service
+        return describe_models(service, await service.ready_families())
+
     @app.get("/v1/models")
     async def list_models() -> ModelList:
         service: SpeechService = app.state.service
@@ -219,6 +231,9 @@ def create_app(triton_url: str | list[str], families: list[str], max_in_flight: 
         if isinstance(service.client, TritonPool):
             body["tritonservers"] = service.client.state()
         return JSONResponse(body, status_code=200 if len(ready) == len(service.families) else 503)
+
+    # The demo page (frontend/demo_page): static files calling the API above.
+    app.mount("/demo", StaticFiles(directory=DEMO_PAGE, html=True), name="demo")
 
     @app.get("/metrics")
     async def prometheus_metrics():

@@ -26,7 +26,7 @@ from pathlib import Path
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from tritontts.families import family_of
-from tritontts.family import Family, VoiceMode
+from tritontts.family import Family, Form, VoiceMode
 from tritontts.deploy.repository import served_model_stage
 from tritontts.protocol import InvalidRequest, asks_nothing, check_text
 from tritontts.voice import VOICE_FEATURES
@@ -129,6 +129,10 @@ class Admission:
             metrics.IN_FLIGHT.dec()
 
 
+# The sample rate of an audio response's body (raw pcm carries none itself): what a player of
+# the stream needs before the first byte.
+SAMPLE_RATE_HEADER = "X-Sample-Rate"
+
 @dataclass(frozen=True)
 class Prepared:
     """A request that passed every check the front can make before Triton is asked."""
@@ -151,6 +155,7 @@ class ServedModel:
     family: Family
     checkpoint: Path | None = None
     voices: tuple[str, ...] | None = None   # built-in voices (None: unknown, the stage decides)
+    form: Form = field(default_factory=Form)  # what its checkpoint's requests need (Family.form)
 
 
 def served_models(names: list[str], checkpoints: dict[str, Path | None] | None = None
@@ -162,13 +167,14 @@ def served_models(names: list[str], checkpoints: dict[str, Path | None] | None =
         if family is None:
             raise ValueError(f"{name!r} is no family's model")
         path = (checkpoints or {}).get(name)
-        voices = None
-        if path is not None or not family.checkpoint_required:
-            try:
+        voices, form = None, Form()
+        try:
+            if path is not None or not family.checkpoint_required:
                 voices = tuple(family.voices(path))
-            except Exception as exc:   # noqa: BLE001 - the stages report a bad checkpoint
-                logger.warning("voices of %s unknown: %s", name, exc)
-        models[name] = ServedModel(name, family, path, voices)
+            form = family.form(path)            # a family's own, or its checkpoint's
+        except Exception as exc:   # noqa: BLE001 - the stages report a bad checkpoint
+            logger.warning("voices or form of %s unknown: %s", name, exc)
+        models[name] = ServedModel(name, family, path, voices, form)
     return models
 
 
@@ -423,7 +429,8 @@ class SpeechService:
             return _counted(model, speech_error(exc, prepared.request_id).response())
         finally:
             await synthesis.aclose()
-        return _counted(model, Response(body, media_type=encoder.content_type))
+        return _counted(model, Response(body, media_type=encoder.content_type,
+                                        headers={SAMPLE_RATE_HEADER: str(encoder.sample_rate)}))
 
     async def whole(self, prepared: Prepared) -> tuple[bytes, AudioEncoder, Synthesis]:
         """A prepared request synthesized and encoded whole (batch items)."""
@@ -523,9 +530,11 @@ class AudioStreamResponse(StreamingResponse):
         self.synthesis, self.sse = synthesis, sse
         self.response_format = encoder.format
         self.outcome = "499"  # until the body ends otherwise: the client went away
+        headers = {SAMPLE_RATE_HEADER: str(encoder.sample_rate)}
+        if sse:
+            headers["Cache-Control"] = "no-cache"
         super().__init__(self._body(first, encoder),
-                         media_type="text/event-stream" if sse else encoder.content_type,
-                         headers={"Cache-Control": "no-cache"} if sse else None)
+                         media_type="text/event-stream" if sse else encoder.content_type, headers=headers)
 
     async def __call__(self, scope, receive, send) -> None:
         try:

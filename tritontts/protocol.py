@@ -119,6 +119,31 @@ class RequestFields:
         return "\n".join(rows) + "\n"
 
 
+# How a client shows each field a family takes (GET /v1/audio/models; the demo page builds its
+# form from it): text, long_text, audio (an upload or a recording, sent as a data: URL),
+# integer, number, boolean, choice (its values: the checkpoint's Form.choices), json (a list
+# or object typed as JSON), internal (the front fills it in; never a user's field).
+# tests/contract/test_demo_fields.py keeps every family's fields here. MAIN_FIELDS are shown
+# first; the others go under a form's "advanced" section.
+FIELD_KINDS = {
+    "instructions": "long_text", "ref_audio": "audio", "ref_text": "text", "language": "text",
+    "task_type": "choice", "input_mode": "choice", "clone_mode": "choice", "sampling_method": "choice",
+    "duration_seconds": "number", "seed": "integer", "speed": "number",
+    "max_new_tokens": "integer", "initial_codec_chunk_frames": "integer", "num_steps": "integer",
+    "num_inference_steps": "integer", "inference_timesteps": "integer", "top_k": "integer",
+    "subtalker_top_k": "integer", "win_size": "integer",
+    "temperature": "number", "top_p": "number", "repetition_penalty": "number",
+    "subtalker_temperature": "number", "subtalker_top_p": "number", "guidance_scale": "number",
+    "cfg_value": "number", "sway": "number", "tau_r": "number", "noise_scale": "number",
+    "noise_w_scale": "number",
+    "non_streaming_mode": "boolean", "x_vector_only_mode": "boolean", "vae_sample": "boolean",
+    "t_grid": "json", "speaker_embedding": "json",
+    "voice_features": "internal",
+}
+MAIN_FIELDS = ("task_type", "instructions", "input_mode", "language", "ref_audio", "ref_text",
+               "clone_mode", "duration_seconds", "speed", "seed")
+
+
 def speed_refusal(family: str) -> str:
     """The reason every family without duration control gives for `speed` in its stages'
     params (a gRPC client's): the HTTP front serves it as a time-stretch of the audio."""

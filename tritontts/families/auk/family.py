@@ -5,8 +5,8 @@ stream: the audio is sent in chunks as the VAE decodes the finished latents."""
 from __future__ import annotations
 
 
-from ...family import Capabilities, DocumentedRequest, Family, Variant, lazy, quick_start, synthetic_reference
-from .request import FIELDS, parse_auk_params
+from ...family import Capabilities, DocumentedRequest, Family, Form, Variant, lazy, quick_start, synthetic_reference
+from .request import FIELDS, INPUT_MODES, parse_auk_params
 
 
 def _clip() -> dict:
@@ -35,6 +35,7 @@ FAMILY = Family(
     checkpoint_required=True,
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voices=lambda checkpoint: ["default"],
+    form=lambda checkpoint: Form({"input_mode": INPUT_MODES}),
     # Upstream's model names (Tencent-Hunyuan/AuK); a served folder named so matches too.
     released_names=("Tencent-Hunyuan/AuK", "Tencent-Hunyuan/AuK-Flash"),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 
-from ...family import Capabilities, DocumentedRequest, Family, VoiceMode, REF_AUDIO, REF_TEXT, lazy, quick_start
-from .request import FIELDS, parse_cosyvoice3_params
+from ...family import Capabilities, DocumentedRequest, Family, Form, VoiceMode, REF_AUDIO, REF_TEXT, lazy, quick_start
+from .request import FIELDS, METHOD, METHODS, parse_cosyvoice3_params
 
 
 def _example_params() -> dict:
@@ -50,6 +50,7 @@ FAMILY = Family(
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voices=lambda checkpoint: ["default"],
     voice_encoder="cosyvoice3_prompt",
+    form=lambda checkpoint: Form({METHOD: METHODS}, reference_required=True),
     voice_modes=(VoiceMode("clone", "the reference's speech tokens, CAM++ embedding and prompt mel with its "
                            "transcript (upstream's zero-shot prompt)", transcript=True),),
     released_names=("FunAudioLLM/Fun-CosyVoice3-0.5B-2512",),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from ...family import (
-    Capabilities, DocumentedRequest, Family, VoiceMode, REF_AUDIO, REF_TEXT, lazy, quick_start, synthetic_reference)
+    Capabilities, DocumentedRequest, Family, Form, VoiceMode, REF_AUDIO, REF_TEXT, lazy, quick_start, synthetic_reference)
 from .request import FIELDS, parse_glm_tts_params
 
 
@@ -34,6 +34,7 @@ FAMILY = Family(
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voices=lambda checkpoint: ["default"],
     voice_encoder="glm_tts_prompt",
+    form=lambda checkpoint: Form(reference_required=True),
     voice_modes=(VoiceMode("clone", "the reference's WhisperVQ tokens, CAM++ embedding and prompt mel with "
                            "its transcript (upstream's zero-shot prompt)", transcript=True),),
     released_names=("zai-org/GLM-TTS",),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...family import (
-    Capabilities, DocumentedRequest, Family, REF_AUDIO, REF_TEXT, SpeakerEmbeddings, Variant, VoiceMode, lazy,
+    Capabilities, DocumentedRequest, Family, Form, REF_AUDIO, REF_TEXT, SpeakerEmbeddings, Variant, VoiceMode, lazy,
     quick_start, synthetic_reference)
 from .request import FIELDS, parse_qwen3_tts_params
 
@@ -26,6 +26,24 @@ def _voices(path: Path | None) -> list[str]:
     if path is None:
         return ["default"]
     return ["default", *FAMILY.open_checkpoint(path).speakers]
+
+
+# A reference's fields: Base only (the other kinds speak presets or a description).
+_REFERENCE = ("ref_audio", "ref_text", "x_vector_only_mode", "speaker_embedding")
+
+
+def _form(path: Path | None) -> Form:
+    """The checkpoint's one task, its languages; CustomVoice: presets and style instructions;
+    VoiceDesign: the description is the voice (required); Base: a reference, no instructions."""
+    if path is None:
+        return Form()
+    checkpoint = FAMILY.open_checkpoint(path)
+    choices = {"task_type": (checkpoint.task,), "language": checkpoint.languages}
+    if checkpoint.kind == "base":
+        return Form(choices, reference_required=True, hidden=("instructions",))
+    if checkpoint.kind == "voice_design":
+        return Form(choices, required=("instructions",), hidden=_REFERENCE)
+    return Form(choices, hidden=_REFERENCE)
 
 
 # vLLM-Omni's documented requests (examples/online_serving/text_to_speech/README.md).
@@ -63,6 +81,7 @@ FAMILY = Family(
     checkpoint_required=True,
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voices=_voices,
+    form=_form,
     voice_encoder="qwen3_tts_prompt",
     voice_modes=(ICL, XVEC),
     # CustomVoice speaks a preset's codec-table row, Base an x-vector: both one speaker row.

@@ -3,8 +3,8 @@ its transcript, also continued from it); 48 kHz, streamed patch by patch."""
 from __future__ import annotations
 
 
-from ...family import Capabilities, DocumentedRequest, Family, VoiceMode, REF_AUDIO, lazy, quick_start, synthetic_reference
-from .request import FIELDS, parse_voxcpm2_params
+from ...family import Capabilities, DocumentedRequest, Family, Form, VoiceMode, REF_AUDIO, lazy, quick_start, synthetic_reference
+from .request import CLONE_MODES, FIELDS, parse_voxcpm2_params
 
 
 # vLLM-Omni's documented requests (examples/online_serving/text_to_speech/README.md).
@@ -30,6 +30,7 @@ FAMILY = Family(
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voices=lambda checkpoint: ["default"],
     voice_encoder="voxcpm2_prompt",
+    form=lambda checkpoint: Form({"clone_mode": CLONE_MODES}),
     # vLLM-Omni's precompute_custom_voice.py modes; a ref_continuation voice also speaks as
     # clone_mode reference or continuation (the request's clone_mode picks).
     voice_modes=(VoiceMode("ref_continuation", "the reference patches and the continuation patches, with "
