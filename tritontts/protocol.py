@@ -123,7 +123,7 @@ class RequestFields:
 # form from it): text, long_text, audio (an upload or a recording, sent as a data: URL),
 # integer, number, boolean, choice (its values: the checkpoint's Form.choices), json (a list
 # or object typed as JSON), internal (the front fills it in; never a user's field).
-# tests/contract/test_demo_fields.py keeps every family's fields here. MAIN_FIELDS are shown
+# tests/front/test_front_models_api.py keeps every family's fields here. MAIN_FIELDS are shown
 # first; the others go under a form's "advanced" section.
 FIELD_KINDS = {
     "instructions": "long_text", "ref_audio": "audio", "ref_text": "text", "language": "text",

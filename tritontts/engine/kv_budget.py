@@ -14,6 +14,7 @@ grouping was counted).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -24,6 +25,11 @@ from .engine_dtype import DtypeError, normalized
 CPU_BLOCK_TOKENS = 128
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}    # engine_dtype's names
 DEFAULT_KV_REQUESTS = 4        # full-length requests a talker's KV cache holds by default
+# What a vLLM engine process on the CPU holds beyond its weights and KV cache (loading a
+# checkpoint's shards into the engine's dtype, the runtime, activations), as a share of its
+# weights: measured on Voxtral TTS's released talker, whose process the kernel's OOM killer
+# took at 20.7 GB resident for 14.9 GB of fp32 weights and 3.25 GB of KV (2.55 GB more: 17 %).
+CPU_RUNTIME_SHARE = 0.17
 GIB = 2 ** 30
 
 
@@ -130,6 +136,7 @@ class KvBudget:
     max_model_len: int
     element: int
     weights: int = 0               # bytes of weights the engine holds beside the cache
+    runtime: int = 0               # bytes its process needs beyond weights and cache (CPU_RUNTIME_SHARE)
 
     @property
     def request_bytes(self) -> int:
@@ -190,10 +197,11 @@ def plan_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: int,
 def check_fits(stage: str, budget: KvBudget, free: int, room: str, remedy: str) -> KvBudget:
     """`budget` when its weights and KV fit in `free` bytes (`room` says what they are);
     SizingError with the numbers and the requests that would fit otherwise."""
-    if budget.weights + budget.bytes <= free:
+    if budget.weights + budget.runtime + budget.bytes <= free:
         return budget
-    fit = max(0, (free - budget.weights) // budget.request_bytes)
-    head = (f"{stage}: does not fit: weights {budget.weights / GIB:.2f} GiB + {budget.describe()} > "
+    fit = max(0, (free - budget.weights - budget.runtime) // budget.request_bytes)
+    runtime = f" + runtime {budget.runtime / GIB:.2f} GiB" if budget.runtime else ""
+    head = (f"{stage}: does not fit: weights {budget.weights / GIB:.2f} GiB{runtime} + {budget.describe()} > "
             f"{free / GIB:.2f} GiB {room}")
     if fit:
         raise SizingError(f"{head}; {fit} request(s) would fit: serve with --kv-requests {fit}")
@@ -203,8 +211,10 @@ def check_fits(stage: str, budget: KvBudget, free: int, room: str, remedy: str) 
 def size_cpu_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: int,
                 available: int | None = None, config: dict | None = None) -> KvBudget:
     """The CPU KV budget for `requests` full-length requests; SizingError, before anything
-    loads, when the weights and that KV do not fit in the memory available now."""
+    loads, when the weights, the engine's runtime and that KV do not fit in the memory
+    available now."""
     budget = plan_kv(stage, model_dir, engine_args, requests, config)
+    budget = dataclasses.replace(budget, runtime=int(CPU_RUNTIME_SHARE * budget.weights))
     free = available_memory() if available is None else available
     return check_fits(stage, budget, free, "available",
                       f"use a lower --engine-arg {stage}.max_model_len, --engine-arg {stage}.dtype=bfloat16, "
