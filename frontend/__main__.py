@@ -479,7 +479,8 @@ def main(argv=None) -> int:
               f"(Triton gRPC {', '.join(triton_url)})\n"
               f"  curl -X POST http://{shown}:{args.port}/v1/audio/speech "
               "-H 'Content-Type: application/json' \\\n"
-              "       -d '{\"input\":\"Hello there.\",\"voice\":\"default\"}' --output out.wav\n",
+              "       -d '{\"input\":\"Hello there.\",\"voice\":\"default\"}' --output out.wav\n"
+              f"  demo page: http://{shown}:{args.port}/demo/\n",
               flush=True)
         server.run()  # returns on Ctrl-C / SIGTERM (uvicorn handles both)
     except KeyboardInterrupt:

@@ -5,12 +5,13 @@ from __future__ import annotations
 STACK_FAMILIES = ("piper",)
 
 
-def test_the_launcher_reports_each_models_load_before_the_serving_banner(stack):
+def test_the_launcher_reports_each_models_load_before_the_serving_banner_which_names_the_demo_page(stack):
     log = stack.log.read_text()
     banner = log.index("Serving piper at")
     for model in ("piper_text", "piper_vits", "piper", "tritontts_cancel"):
         line = f"] {model}: READY ("
         assert line in log[:banner], f"no READY line for {model} before the banner:\n{log[:3000]}"
+    assert f"demo page: {stack.url}/demo/" in log[banner:]
 
 
 def test_a_talker_whose_kv_cache_cannot_fit_stops_the_launch_with_the_numbers(random_checkpoints, caches,

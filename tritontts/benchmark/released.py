@@ -202,9 +202,10 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown families: {', '.join(unknown)}")
     args.out.mkdir(parents=True, exist_ok=True)
-    # Rows of families not run this time are kept: one report for runs made family by family.
+    # Earlier rows are kept until this run measures their family again (a run stopped half-way
+    # keeps the rows it did not reach): one report for runs made family by family.
     kept = args.out / "results.json"
-    results = [r for r in (json.loads(kept.read_text()) if kept.exists() else []) if r["family"] not in names]
+    results = json.loads(kept.read_text()) if kept.exists() else []
     for name in names:
         checkpoint = args.cache / f"{name}-{args.size}"
         written = args.cache / f"{name}-{args.size}.written"
@@ -215,7 +216,8 @@ def main(argv=None) -> int:
             FAMILIES[name].write_random_checkpoint(checkpoint, size=args.size)
             written.write_text(f"{time.monotonic() - began:.0f} s\n")
         print(f"{name}: serving {checkpoint or 'the checkpoint it ships'}", flush=True)
-        results.append(measure(name, checkpoint, args.cache / "work" / name, args.start_timeout))
+        row = measure(name, checkpoint, args.cache / "work" / name, args.start_timeout)
+        results = [r for r in results if r["family"] != name] + [row]
         print(json.dumps(results[-1]), flush=True)
         results.sort(key=lambda r: list(FAMILIES).index(r["family"]))
         (args.out / "results.json").write_text(json.dumps(results, indent=1))
