@@ -83,19 +83,18 @@ def test_the_budget_is_the_requests_times_a_full_length_request_in_the_engines_d
 
 
 def test_a_launch_that_cannot_fit_is_refused_with_weights_kv_and_the_requests_that_fit(tmp_path):
-    # 8 GiB of bf16 weights served in fp32 hold 16 GiB, the engine's runtime 17 % of that
-    # (2.72 GiB); 4 requests of KV 3.25 GiB: 21.97 GiB (Voxtral TTS's released talker, which
-    # the OOM killer took at 20 GiB available when only weights + KV were counted)
+    # 8 GiB of bf16 weights served in fp32 hold 16 GiB, the engine's runtime 11 % of that
+    # (1.76 GiB); 4 requests of KV 3.25 GiB: 21.01 GiB (Voxtral TTS's released talker's sizes)
     path = model_dir(tmp_path, RELEASED, weights_bytes=8 * GIB)
     args = {"dtype": "float32", "max_model_len": 4096}
     assert size_cpu_kv("x_talker", path, args, 4, available=22 * GIB).bytes == int(3.25 * GIB)
     with pytest.raises(SizingError) as refused:
         size_cpu_kv("x_talker", path, args, 4, available=20 * GIB)
     message = str(refused.value)
-    assert "x_talker: does not fit: weights 16.00 GiB + runtime 2.72 GiB + KV for 4 requests" in message
-    assert "> 20.00 GiB available; 1 request(s) would fit: serve with --kv-requests 1" in message
+    assert "x_talker: does not fit: weights 16.00 GiB + runtime 1.76 GiB + KV for 4 requests" in message
+    assert "> 20.00 GiB available; 2 request(s) would fit: serve with --kv-requests 2" in message
     with pytest.raises(SizingError, match="not even one request: use a lower --engine-arg x_talker.max_model_len"):
-        size_cpu_kv("x_talker", path, args, 1, available=18 * GIB)
+        size_cpu_kv("x_talker", path, args, 1, available=17 * GIB)
 
 
 def test_the_checkpoint_dtype_is_read_in_the_engines_names_and_an_unknown_one_names_the_file():
@@ -120,3 +119,38 @@ def test_a_gpu_share_too_small_for_the_checkpoint_is_refused_with_the_card_and_t
     assert "> 8.80 GiB (gpu_memory_utilization 0.11 of a 80 GiB card); 1 request(s) would fit" in message
     with pytest.raises(SizingError, match="not even one request: serve fewer families on the card"):
         size_gpu_share("x_talker", path, {**args, "gpu_memory_utilization": 0.1}, 4, 80 * GIB)
+
+
+def test_weights_are_counted_from_the_safetensors_dtypes_not_a_config_that_names_another(tmp_path):
+    """A generated engine folder says torch_dtype float32 beside linked bf16 weights (Fish
+    Speech S2 Pro's released talker: counted as 8.5 GiB instead of 17 GiB in fp32, so it passed
+    the check and was OOM-killed): the header's dtypes decide; integer tensors keep their size."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    save_file({"w": np.zeros((256, 512), np.float16), "ids": np.zeros(1000, np.int64)},
+              str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({**RELEASED, "torch_dtype": "float32"}))
+    from tritontts.engine.kv_budget import weight_bytes
+
+    assert weight_bytes(tmp_path, 4, {"torch_dtype": "float32"}) == 256 * 512 * 4 + 1000 * 8
+    assert weight_bytes(tmp_path, 2, {"torch_dtype": "float32"}) == 256 * 512 * 2 + 1000 * 8
+    # Control: a file whose header cannot be read is rescaled from the config's dtype, as before.
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 4096)
+    assert weight_bytes(tmp_path, 4, {"torch_dtype": "bfloat16"}) == 8192
+
+
+def test_the_stored_dtype_is_what_most_weights_are_in_whatever_the_config_says(tmp_path):
+    """"auto" runs the checkpoint's own dtype where the device runs it well: read from the
+    weights (a generated engine folder's config says float32 beside linked bf16 weights)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from tritontts.engine.kv_budget import stored_dtype
+
+    save_file({"big": np.zeros((64, 64), np.float16), "small": np.zeros(8, np.float32),
+               "ids": np.zeros(10_000, np.int64)}, str(tmp_path / "model.safetensors"))
+    assert stored_dtype(tmp_path, {"torch_dtype": "float32"}) == "float16"
+    # Control: no readable header, the config decides.
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 64)
+    assert stored_dtype(tmp_path, {"torch_dtype": "bfloat16"}) == "bfloat16"

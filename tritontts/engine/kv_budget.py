@@ -28,8 +28,9 @@ DEFAULT_KV_REQUESTS = 4        # full-length requests a talker's KV cache holds 
 # What a vLLM engine process on the CPU holds beyond its weights and KV cache (loading a
 # checkpoint's shards into the engine's dtype, the runtime, activations), as a share of its
 # weights: measured on Voxtral TTS's released talker, whose process the kernel's OOM killer
-# took at 20.7 GB resident for 14.9 GB of fp32 weights and 3.25 GB of KV (2.55 GB more: 17 %).
-CPU_RUNTIME_SHARE = 0.17
+# took at 19.77 GiB resident (at its first request) for 14.91 GiB of fp32 weights and 3.25 GiB
+# of KV: 1.61 GiB more, 11 % of the weights (a lower bound: it was killed while growing).
+CPU_RUNTIME_SHARE = 0.11
 GIB = 2 ** 30
 
 
@@ -162,13 +163,63 @@ def read_config(model_dir: str | Path) -> tuple[dict, str]:
         raise SizingError(f"{path}: {exc}; the KV cache is sized from it") from None
 
 
+# Bytes per element of a safetensors dtype; the floating ones are held in the engine's dtype.
+SAFETENSORS_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+                     "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+FLOATING = {"F64", "F32", "F16", "BF16"}
+
+
+def safetensors_tensors(path: Path) -> list[tuple[str, int]] | None:
+    """(dtype, element count) of each tensor in a safetensors file, from its header; None if
+    the header cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if not 0 < size <= 100 * 2 ** 20:
+                return None
+            header = json.loads(f.read(size))
+        return [(t["dtype"], math.prod(t["shape"])) for name, t in header.items() if name != "__metadata__"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def safetensors_engine_bytes(path: Path, element: int) -> int | None:
+    """A safetensors file's tensors as the engine holds them (floating tensors at `element`
+    bytes, the others as stored); None if its header cannot be read."""
+    tensors = safetensors_tensors(path)
+    if tensors is None or any(d not in SAFETENSORS_BYTES for d, _ in tensors):
+        return None
+    return sum(n * (element if d in FLOATING else SAFETENSORS_BYTES[d]) for d, n in tensors)
+
+
+SAFETENSORS_DTYPE = {"F64": "float32", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+
+
+def stored_dtype(model_dir: str | Path, config: dict, source: str = "config.json") -> str:
+    """The floating dtype most of the weights are stored in, from the safetensors headers of
+    `model_dir` (links followed): a generated engine folder's config.json may say float32
+    beside linked bf16 weights. The config's dtype when no header can be read."""
+    counts: dict[str, int] = {}
+    for path in Path(model_dir).glob("*.safetensors"):
+        for dtype, n in safetensors_tensors(path) or ():
+            if dtype in SAFETENSORS_DTYPE:
+                counts[SAFETENSORS_DTYPE[dtype]] = counts.get(SAFETENSORS_DTYPE[dtype], 0) + n
+    return max(counts, key=counts.get) if counts else checkpoint_dtype(config, source)
+
+
 def weight_bytes(model_dir: str | Path, element: int, config: dict) -> int:
-    """The weights as the engine holds them: the checkpoint's tensor files (links followed)
-    rescaled from the checkpoint's dtype to the engine's."""
+    """The weights as the engine holds them: the tensor files (links followed), each
+    safetensors file from its header's own dtypes (a generated engine folder's config.json
+    may name another dtype than the linked weights are stored in), other files rescaled
+    from the config's dtype to the engine's."""
     stored = ELEMENT_BYTES[checkpoint_dtype(config)]
-    files = [p for p in Path(model_dir).iterdir()
-             if p.suffix in (".safetensors", ".bin", ".pt", ".pth") and p.is_file()]
-    return int(sum(p.stat().st_size for p in files) * element / stored)
+    total = 0
+    for p in Path(model_dir).iterdir():
+        if p.suffix not in (".safetensors", ".bin", ".pt", ".pth") or not p.is_file():
+            continue
+        exact = safetensors_engine_bytes(p, element) if p.suffix == ".safetensors" else None
+        total += exact if exact is not None else int(p.stat().st_size * element / stored)
+    return total
 
 
 def available_memory() -> int:

@@ -26,8 +26,8 @@ from typing import Any, AsyncIterator, Callable, Iterator
 
 from ..serving.stage import EngineStage, StageContext
 from .engine_dtype import DTYPE_ENV
-from .kv_budget import (DEFAULT_KV_REQUESTS, GIB, SizingError, checkpoint_dtype, engine_capacity, read_config,
-                        size_cpu_kv, size_gpu_share)
+from .kv_budget import (DEFAULT_KV_REQUESTS, GIB, SizingError, engine_capacity, read_config, size_cpu_kv,
+                        size_gpu_share, stored_dtype)
 
 logger = logging.getLogger("tritontts.talker")
 
@@ -130,7 +130,7 @@ class VllmTalkerStage(EngineStage):
         where the device runs it well), logged with the reason."""
         from .engine_dtype import cpu_bf16_flags, resolve_dtype
 
-        dtype, why = resolve_dtype(given, checkpoint_dtype(config, self.model_path()), context.device,
+        dtype, why = resolve_dtype(given, stored_dtype(self.model_path(), config), context.device,
                                    cpu_bf16_flags())
         logger.info("%s: dtype %s (%s)", context.name, dtype, why)
         return dtype
