@@ -238,6 +238,25 @@ class Stack:
             self.proc.wait(60)
         return self.proc.returncode if self.proc else 0
 
+    def abandon(self) -> None:
+        """Stop a stack whose start failed, whatever state it is in: asked to stop first,
+        then the launcher and the server's whole session killed if either is still there
+        after 60 s. A failed start left running would hold its cores and memory under every
+        later server (a CI run once had three such starts pile up)."""
+        self.terminate()
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        if self.session is not None:
+            try:
+                os.killpg(self.session, 9)
+            except OSError:
+                pass        # the session ended with its launcher
+
 
 class Front:
     """Another `python -m frontend --triton-url` on a running stack's tritonserver, on its own
@@ -285,6 +304,7 @@ class StackPool:
         self.tmp_factory, self.caches, self.checkpoints = tmp_factory, caches, checkpoints
         self.live: Stack | None = None
         self.started: list[tuple[str, ...]] = []
+        self.failed: dict[tuple, str] = {}      # (families, checkpoints) -> why its start failed
         self.inspected = False
 
     def prepare(self, families: tuple[str, ...]) -> None:
@@ -304,6 +324,9 @@ class StackPool:
         checkpoints = {f: self.checkpoints[f] for f in families if f in self.checkpoints}
         if self.live is not None and self.live.families == families and self.live.checkpoints == checkpoints:
             return self.live
+        key = (families, tuple(sorted((f, str(p)) for f, p in checkpoints.items())))
+        if key in self.failed:      # each module asking again would wait out the start again
+            raise RuntimeError(f"this stack's start failed earlier in this run: {self.failed[key]}")
         old, self.live = self.live, None
         stack = None
         if old is not None:
@@ -314,6 +337,11 @@ class StackPool:
                           checkpoints, self.caches, extra_args=tiny_engine_args(families))
             stack.before = engine_processes()
             self.live = stack.start()
+        except BaseException as exc:
+            self.failed[key] = f"{type(exc).__name__}: {str(exc)[-3000:]}"
+            if stack is not None:
+                stack.abandon()
+            raise
         finally:
             if old is not None:
                 self._check_stopped(old)
