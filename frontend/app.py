@@ -129,7 +129,8 @@ def create_app(triton_url: str | list[str], families: list[str], max_in_flight: 
                max_voices: int = 1000, media: MediaPolicy | None = None,
                api_key: str | None = None,
                max_in_flight_per_model: dict[str, int] | None = None,
-               stall_timeout_s: float = 120.0, served_names: dict[str, str] | None = None) -> FastAPI:
+               stall_timeout_s: float = 120.0, served_names: dict[str, str] | None = None,
+               word_languages: tuple[str, ...] | None = None) -> FastAPI:
     """`client` replaces the gRPC client to triton_url (the front's unit tests script one).
     Several URLs: a TritonPool over them (least-loaded healthy server, failover)."""
     models = served_models(families, checkpoints)
@@ -140,7 +141,7 @@ def create_app(triton_url: str | list[str], families: list[str], max_in_flight: 
         # The gRPC channel belongs to the server's event loop, so it is opened here.
         speech_client = client or triton_client(triton_url, request_timeout_s, stall_timeout_s)
         app.state.service = SpeechService(speech_client, models, max_in_flight, store, media,
-                                          max_in_flight_per_model, served_names)
+                                          max_in_flight_per_model, served_names, word_languages)
         yield
         await speech_client.close()
 
@@ -260,7 +261,7 @@ async def run_batch(service: SpeechService, req: BatchSpeechRequest) -> BatchSpe
                     problems, param = _validation_message(exc.errors())
                     raise SpeechError(400, problems, param=param) from None
                 prepared = await service.prepare(request)
-                body, encoder, synthesis = await service.whole(prepared)
+                body, encoder, synthesis, words = await service.whole(prepared)
             except BaseException as exc:
                 error = speech_error(exc, f"batch item {index}")
                 metrics.REQUESTS.labels("batch", str(error.status)).inc()
@@ -269,7 +270,8 @@ async def run_batch(service: SpeechService, req: BatchSpeechRequest) -> BatchSpe
         metrics.REQUESTS.labels(prepared.model, "200").inc()
         return BatchItemResult(index=index, status="success", audio_data=base64.b64encode(body).decode(),
                                media_type=encoder.content_type, sample_rate=encoder.sample_rate,
-                               audio_seconds=round(synthesis.audio_seconds, 3), status_code=200)
+                               audio_seconds=round(synthesis.audio_seconds, 3), status_code=200,
+                               word_timestamps=words)
 
     items = [{k: v for k, v in i.items() if v is not None} for i in req.items]
     results = await asyncio.gather(*(item(k, fields) for k, fields in enumerate(items)))

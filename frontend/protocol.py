@@ -26,10 +26,11 @@ MAX_EMBEDDING_DIM = 8192
 MAX_BATCH_ITEMS = 32
 
 # The vLLM-Omni speech fields a family may take (each family's parser lists those it
-# honors); they travel to the stages as the request's params.
+# honors); they travel to the stages as the request's params. word_timestamps is the
+# server's (its word aligner's, for every family), not a family's.
 FAMILY_FIELDS = ("task_type", "language", "ref_audio", "ref_text", "x_vector_only_mode",
                  "speaker_embedding", "max_new_tokens", "seed", "initial_codec_chunk_frames",
-                 "non_streaming_mode", "word_timestamps", "instructions")
+                 "non_streaming_mode", "instructions")
 
 
 def _voice_id(value: Any) -> Any:
@@ -141,6 +142,8 @@ class BatchItemResult(BaseModel):
     media_type: str | None = None
     sample_rate: int | None = None
     audio_seconds: float | None = None
+    # word_timestamps asked for: [{word, start_ms, end_ms}] in this item's audio
+    word_timestamps: list[dict[str, Any]] | None = None
     error: str | None = None
     status_code: int | None = None
 

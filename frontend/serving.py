@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from tritontts.families import family_of
 from tritontts.family import Family, Form, VoiceMode
 from tritontts.deploy.repository import served_model_stage
-from tritontts.protocol import InvalidRequest, asks_nothing, check_text
+from tritontts.protocol import WORD_TIMESTAMPS, InvalidRequest, asks_nothing, check_text, words_request
 from tritontts.voice import VOICE_FEATURES
 
 from . import metrics
@@ -146,6 +146,16 @@ class Prepared:
     sample_rate: int | None = None      # resample to this rate (None: the family's own)
     speed: float = 1.0                  # the front's time-stretch (a family without duration control)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    word_timestamps: bool = False       # the chunks carry their words (a --word-aligner server)
+
+    def delivered_words(self, chunk: AudioChunk) -> list[dict]:
+        """A chunk's words in the delivered audio's timeline (the front's time-stretch applied)."""
+        if not chunk.words:
+            return []
+        if self.speed == 1.0:
+            return list(chunk.words)
+        return [{"word": w["word"], "start_ms": int(round(w["start_ms"] / self.speed)),
+                 "end_ms": int(round(w["end_ms"] / self.speed))} for w in chunk.words]
 
 
 @dataclass(frozen=True)
@@ -234,8 +244,10 @@ class SpeechService:
     def __init__(self, client: SpeechClient, models: dict[str, ServedModel], max_in_flight: int = 64,
                  voices: VoiceStore | None = None, media: MediaPolicy | None = None,
                  max_in_flight_per_model: dict[str, int] | None = None,
-                 served_names: dict[str, str] | None = None):
+                 served_names: dict[str, str] | None = None,
+                 word_languages: tuple[str, ...] | None = None):
         self.client = client
+        self.word_languages = word_languages    # the word aligner's (None: none configured)
         self.models = models
         self.served_names = dict(served_names or {})     # --served-model-name: NAME -> model
         self.families = list(models)          # the served model names, in launch order
@@ -300,8 +312,16 @@ class SpeechService:
             params = req.family_params()
         except ValueError as exc:
             raise SpeechError(400, str(exc), param="extra_params") from None
-        if params.get("word_timestamps") is False:
-            del params["word_timestamps"]       # asks for nothing
+        # Word timestamps are the word_aligner stage's, not the family's: taken out before
+        # the family's fields are checked, checked here, sent on for the first stage's host.
+        asked = params.pop(WORD_TIMESTAMPS, None)       # sent as an extra field
+        asked = req.word_timestamps if req.word_timestamps is not None else asked
+        try:
+            word_timestamps = bool(words_request(req.input, {WORD_TIMESTAMPS: asked,
+                                                             "language": params.get("language")},
+                                                 self.word_languages))
+        except InvalidRequest as exc:
+            raise SpeechError(400, str(exc), param=WORD_TIMESTAMPS) from None
         fields = family.fields
         for name in params:
             if name in FAMILY_FIELDS and name in fields.refuses and not asks_nothing(name, params[name]):
@@ -334,9 +354,12 @@ class SpeechService:
             params = family.request_params(speed, params)
         except InvalidRequest as exc:
             raise SpeechError(400, str(exc), param=_named_field(str(exc), params)) from None
+        if word_timestamps:
+            params[WORD_TIMESTAMPS] = True
         return Prepared(served.name, family, req.input, voice, params, received,
                         req.response_format or "wav", req.sample_rate,
-                        speed=1.0 if family.capabilities.native_speed else speed)
+                        speed=1.0 if family.capabilities.native_speed else speed,
+                        word_timestamps=word_timestamps)
 
     async def voice_for(self, served: ServedModel, voice: str, params: dict[str, Any]) -> str:
         """The voice the stages get: an uploaded voice as `default` with its stored features
@@ -423,23 +446,29 @@ class SpeechService:
             return _counted(model, speech_error(exc, prepared.request_id).response())
         if req.streaming:
             return AudioStreamResponse(synthesis, first, encoder, sse=req.sse)
+        words: list[dict] = []
         try:
-            body = await encoded_body(first, synthesis, encoder)
+            body = await encoded_body(first, synthesis, encoder, words)
         except BaseException as exc:
             return _counted(model, speech_error(exc, prepared.request_id).response())
         finally:
             await synthesis.aclose()
-        return _counted(model, Response(body, media_type=encoder.content_type,
-                                        headers={SAMPLE_RATE_HEADER: str(encoder.sample_rate)}))
+        headers = {SAMPLE_RATE_HEADER: str(encoder.sample_rate)}
+        if prepared.word_timestamps:
+            headers.update(word_timestamp_headers(words))
+        return _counted(model, Response(body, media_type=encoder.content_type, headers=headers))
 
-    async def whole(self, prepared: Prepared) -> tuple[bytes, AudioEncoder, Synthesis]:
-        """A prepared request synthesized and encoded whole (batch items)."""
+    async def whole(self, prepared: Prepared) -> tuple[bytes, AudioEncoder, Synthesis, list[dict] | None]:
+        """A prepared request synthesized and encoded whole (batch items), with its words
+        when it asked for word timestamps."""
         synthesis = self.synthesis(prepared)
+        words: list[dict] = []
         try:
             first = await anext(synthesis)
             encoder = AudioEncoder(prepared.response_format, first.sample_rate, False,
                                    prepared.sample_rate, prepared.speed)
-            return await encoded_body(first, synthesis, encoder), encoder, synthesis
+            body = await encoded_body(first, synthesis, encoder, words)
+            return body, encoder, synthesis, words if prepared.word_timestamps else None
         finally:
             await synthesis.aclose()
 
@@ -485,8 +514,26 @@ def _named_field(message: str, params: dict[str, Any]) -> str | None:
     return first if first in params or first in FAMILY_FIELDS else None
 
 
-async def encoded_body(first: AudioChunk, rest: AsyncIterator[AudioChunk], encoder: AudioEncoder) -> bytes:
-    async with aclosing(_encoded(first, rest, encoder)) as parts:
+# Word timestamps of a whole response travel in a header, as vLLM-Omni sends them: a JSON
+# list of {word, start_ms, end_ms} (ASCII: non-ASCII as \\uXXXX), or, past this many bytes,
+# a header saying they were left out (the SSE stream and the batch endpoint carry any size).
+WORD_TIMESTAMPS_HEADER = "X-Word-Timestamps"
+WORD_TIMESTAMPS_OMITTED_HEADER = "X-Word-Timestamps-Omitted"
+WORD_TIMESTAMPS_HEADER_LIMIT = 4096
+
+
+def word_timestamp_headers(words: list[dict]) -> dict[str, str]:
+    value = json.dumps(words)
+    if len(value) > WORD_TIMESTAMPS_HEADER_LIMIT:
+        return {WORD_TIMESTAMPS_OMITTED_HEADER:
+                f"oversize; bytes={len(value)}; limit={WORD_TIMESTAMPS_HEADER_LIMIT}"}
+    return {WORD_TIMESTAMPS_HEADER: value}
+
+
+async def encoded_body(first: AudioChunk, rest: Synthesis, encoder: AudioEncoder,
+                       words: list[dict] | None = None) -> bytes:
+    """The whole encoded audio; `words` (if given) gets every chunk's words."""
+    async with aclosing(_encoded(first, rest, encoder, words)) as parts:
         return b"".join([part async for part in parts])
 
 
@@ -495,13 +542,19 @@ def _counted(model: str, response: Response) -> Response:
     return response
 
 
-async def _encoded(first: AudioChunk, rest: AsyncIterator[AudioChunk],
-                   encoder: AudioEncoder) -> AsyncIterator[bytes]:
-    """The encoded audio of a synthesis whose first chunk was already read; no empty parts."""
-    data = encoder.encode(first.audio)
-    if data:
-        yield data
-    async for chunk in rest:
+async def _encoded(first: AudioChunk, rest: Synthesis,
+                   encoder: AudioEncoder, words: list[dict] | None = None) -> AsyncIterator[bytes]:
+    """The encoded audio of a synthesis whose first chunk was already read; no empty parts.
+    `words` (if given) gets each chunk's words, in the delivered timeline, before the chunk's
+    audio is yielded."""
+    async def chunks():
+        yield first
+        async for chunk in rest:
+            yield chunk
+
+    async for chunk in chunks():
+        if words is not None and chunk.words:
+            words += rest.prepared.delivered_words(chunk)
         data = encoder.encode(chunk.audio)
         if data:
             yield data
@@ -528,6 +581,10 @@ class AudioStreamResponse(StreamingResponse):
 
     def __init__(self, synthesis: Synthesis, first: AudioChunk, encoder: AudioEncoder, sse: bool):
         self.synthesis, self.sse = synthesis, sse
+        # Word timestamps ride the SSE events: each delta carries the words placed since the
+        # last one ("timestamps", vLLM-Omni's WebSocket name), the done event any left.
+        self.words: list[dict] | None = [] if sse and synthesis.prepared.word_timestamps else None
+        self.words_sent = 0
         self.response_format = encoder.format
         self.outcome = "499"  # until the body ends otherwise: the client went away
         headers = {SAMPLE_RATE_HEADER: str(encoder.sample_rate)}
@@ -544,21 +601,28 @@ class AudioStreamResponse(StreamingResponse):
             await self.synthesis.aclose()
             metrics.REQUESTS.labels(self.synthesis.prepared.model, self.outcome).inc()
 
+    def _new_words(self) -> dict:
+        if self.words is None:
+            return {}
+        new, self.words_sent = self.words[self.words_sent:], len(self.words)
+        return {"timestamps": new}
+
     def _frame(self, data: bytes) -> bytes:
         if not self.sse:
             return data
         return sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode(),
-                          "response_format": self.response_format})
+                          "response_format": self.response_format, **self._new_words()})
 
     async def _body(self, first: AudioChunk, encoder: AudioEncoder) -> AsyncIterator[bytes]:
         try:
-            async with aclosing(_encoded(first, self.synthesis, encoder)) as parts:
+            async with aclosing(_encoded(first, self.synthesis, encoder, self.words)) as parts:
                 async for data in parts:
                     yield self._frame(data)
             if self.sse:
                 yield sse_event({"type": "speech.audio.done",
                                  "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
-                                           "audio_seconds": round(encoder.seconds, 3)}})
+                                           "audio_seconds": round(encoder.seconds, 3)},
+                                 **self._new_words()})
             self.outcome = "200"
         except Exception as exc:
             # Headers are sent: say so in-band for SSE, cut the body for raw audio.

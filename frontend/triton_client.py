@@ -43,6 +43,9 @@ class AudioChunk:
     sample_rate: int
     index: int
     final: bool
+    # Word timestamps asked for: the words placed with this chunk ({word, start_ms, end_ms},
+    # ms in the model's audio from the request's first sample); else None.
+    words: list[dict] | None = None
 
 
 class SpeechClient(Protocol):
@@ -223,6 +226,9 @@ class TritonSpeechClient:
             "outputs": [InferRequestedOutput(name) for name in protocol.ENSEMBLE_OUTPUTS],
             "request_id": request_id,
         }
+        aligned = params.get(protocol.WORD_TIMESTAMPS) is True
+        if aligned:         # the word_aligner ends the ensemble (a --word-aligner server)
+            request["outputs"].append(InferRequestedOutput(protocol.WORDS))
 
         async def one_request():
             yield request
@@ -242,7 +248,9 @@ class TritonSpeechClient:
                     audio=result.as_numpy(protocol.AUDIO).reshape(-1),
                     sample_rate=int(result.as_numpy(protocol.SAMPLE_RATE).reshape(-1)[0]),
                     index=int(result.as_numpy(protocol.CHUNK_INDEX).reshape(-1)[0]),
-                    final=bool(result.as_numpy(protocol.IS_FINAL).reshape(-1)[0]))
+                    final=bool(result.as_numpy(protocol.IS_FINAL).reshape(-1)[0]),
+                    words=(json.loads(bytes(result.as_numpy(protocol.WORDS).reshape(-1)[0]))
+                           if aligned else None))
                 if chunk.index != expected:
                     raise StageFailed(f"chunk {chunk.index} arrived, expected {expected}")
                 expected += 1

@@ -97,6 +97,11 @@ class Session:
     sentences: int = 0                 # sentences queued in the current utterance
     open: bool = False                 # an utterance has text not yet flushed by input.done
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    # Word timestamps: ms of audio sent so far in each utterance (its sentences' timeline),
+    # and where each (utterance, sentence) began in it.
+    utterance_ms: dict = field(default_factory=dict)
+    sentence_ms: dict = field(default_factory=dict)
+    sentence_chunks: dict = field(default_factory=dict)     # audio.chunk frames sent per sentence
 
     async def send_error(self, message: str, status: int = 400, param: str | None = None) -> None:
         await self.socket.send_json({"type": "error", "message": message, "status": status,
@@ -196,7 +201,11 @@ async def _configure(session: Session, msg: dict) -> None:
             return
         fields["ref_audio"] = base64.b64encode(audio).decode()
     try:   # every check a request makes, once, before any text arrives
-        await session.service.prepare(SpeechRequest.model_validate({**fields, "input": "Check."}))
+        checked = await session.service.prepare(SpeechRequest.model_validate({**fields, "input": "Check."}))
+        if checked.word_timestamps and checked.response_format != "pcm":
+            raise SpeechError(400, "word_timestamps on the WebSocket needs response_format 'pcm' (the "
+                              "timings ride the audio.chunk frames, whose times count PCM samples)",
+                              param="response_format")
     except ValidationError as exc:
         await session.send_error(f"invalid session.config: {exc.errors()[0]['msg']}", 400)
         return
@@ -251,6 +260,24 @@ async def _speak(session: Session) -> None:
         await _sentence(session, *item)
 
 
+async def _timed_chunk(session: Session, utterance: int, index: int, pcm: bytes, words: list[dict],
+                       sample_rate: int) -> None:
+    """One audio.chunk frame of a word_timestamps session (vLLM-Omni's fields): the PCM as
+    base64 and the words placed with it, in ms of the utterance's audio (its sentences one
+    after another, as the client plays them)."""
+    start = session.utterance_ms.get(utterance, 0.0)
+    end = start + len(pcm) / 2 / sample_rate * 1000
+    session.utterance_ms[utterance] = end
+    offset = session.sentence_ms.setdefault((utterance, index), start)
+    chunk_id = session.sentence_chunks[(utterance, index)] = session.sentence_chunks.get((utterance, index), -1) + 1
+    await session.socket.send_json({
+        "type": "audio.chunk", "utterance_index": utterance, "sentence_index": index,
+        "chunk_id": chunk_id, "chunk_start_ms": round(start), "chunk_end_ms": round(end), "sample_rate": sample_rate,
+        "channels": 1, "audio_b64": base64.b64encode(pcm).decode(),
+        "timestamps": [{"word": w["word"], "start_ms": round(offset + w["start_ms"]),
+                        "end_ms": round(offset + w["end_ms"])} for w in words] or None})
+
+
 async def _sentence(session: Session, utterance: int, index: int, text: str) -> None:
     socket, service = session.socket, session.service
     done = {"type": "audio.done", "utterance_index": utterance, "sentence_index": index,
@@ -273,13 +300,21 @@ async def _sentence(session: Session, utterance: int, index: int, text: str) -> 
                     await socket.send_json({"type": "audio.start", "utterance_index": utterance,
                                             "sentence_index": index, "sentence_text": text,
                                             "format": prepared.response_format,
-                                            "sample_rate": encoder.sample_rate})
+                                            "sample_rate": encoder.sample_rate,
+                                            "word_timestamps": prepared.word_timestamps})
                     started = True
                 data = encoder.encode(chunk.audio)
-                if data:
+                if prepared.word_timestamps:
+                    words = prepared.delivered_words(chunk)
+                    if chunk.final:
+                        data += encoder.finish()
+                    if data or words:
+                        await _timed_chunk(session, utterance, index, data, words, encoder.sample_rate)
+                        done["total_bytes"] += len(data)
+                elif data:
                     await socket.send_bytes(data)
                     done["total_bytes"] += len(data)
-            tail = encoder.finish() if started else b""
+            tail = encoder.finish() if started and not prepared.word_timestamps else b""
             if tail:
                 await socket.send_bytes(tail)
                 done["total_bytes"] += len(tail)

@@ -3,6 +3,7 @@
 real stage class, and the generator refuses wiring Triton would reject."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -103,3 +104,41 @@ def test_the_wiring_reads_each_input_from_the_latest_producer():
     assert inputs[3]["chunk_index"].step == 2 and inputs[2]["chunk_index"].step == 1
     assert outputs["audio"].step == 3 and outputs["chunk_index"].step == 3
     assert inputs[0]["text"].step is None
+
+
+def test_a_word_aligned_repository_ends_every_ensemble_with_the_aligner(tmp_path):
+    """--word-aligner: every family's stages pass words_request and stream_id on, and its
+    ensemble ends with word_aligner, whose `words` is an ensemble output (the wiring's checks
+    pass for all of them)."""
+    from tritontts.deploy.repository import (STAGE_REPOSITORY, WORD_ALIGNER, read_config,
+                                             write_word_aligned_repository)
+    from tritontts.families import FAMILIES
+
+    write_word_aligned_repository(dict(FAMILIES), (STAGE_REPOSITORY,), tmp_path)
+    for name, family in FAMILIES.items():
+        ensemble = read_config(tmp_path / name / "config.pbtxt")
+        steps = ensemble.ensemble_scheduling.step
+        assert steps[-1].model_name == WORD_ALIGNER
+        assert "words" in [o.name for o in ensemble.output]
+        assert dict(steps[-1].input_map)["words_request"] == f"{steps[-2].model_name.removeprefix(name + '_')}.words_request"
+        for i, stage in enumerate(family.stages):
+            config = read_config(tmp_path / stage / "config.pbtxt")
+            assert "words_request" in [t.name for t in config.output]
+            assert ("words_request" in [t.name for t in config.input]) == (i > 0)
+    # The stage configs under model_repository/ stay as they are.
+    assert "words_request" not in (STAGE_REPOSITORY / "piper_vits" / "config.pbtxt").read_text()
+
+
+def test_words_request_is_made_only_for_requests_that_ask():
+    from tritontts.protocol import InvalidRequest, words_request
+
+    params = {"seed": 1, "word_timestamps": True, "language": "English"}
+    assert json.loads(words_request("Hi there.", params, ("en",))) == {"text": "Hi there."}
+    assert params == {"seed": 1, "language": "English"}         # the family never sees the field
+    assert words_request("Hi.", {"word_timestamps": False}, ("en",)) == ""
+    assert words_request("Hi.", {}, None) == ""
+    for params, languages, needle in [({"word_timestamps": True}, None, "--word-aligner"),
+                                      ({"word_timestamps": True, "language": "German"}, ("en",), "en only"),
+                                      ({"word_timestamps": 1}, ("en",), "true or false")]:
+        with pytest.raises(InvalidRequest, match=needle):
+            words_request("Hi.", params, languages)

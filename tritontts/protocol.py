@@ -17,6 +17,14 @@ Between stages, every chunk also carries stream_id (INT64 [1], random per reques
 the family's first stage): any per-stream state in a later stage is keyed by it, never by
 instance or arrival order.
 
+Word timestamps (a server started with --word-aligner): the stages also carry
+words_request (BYTES [1]: "" when the request does not ask, else a JSON object with the text
+to align, set by the first stage's host from params' word_timestamps), and the ensemble
+ends with the word_aligner stage, whose extra output is
+
+           words        BYTES [1]   JSON list of {word, start_ms, end_ms}: the words placed
+                                    with this chunk, ms from the request's first sample
+
 Errors: a stage answers a bad request with a TritonError whose message starts with
 INVALID_REQUEST_TAG; the front turns that into HTTP 400 with the rest of the message.
 Any other error is a server fault (HTTP 500).
@@ -36,6 +44,10 @@ AUDIO, SAMPLE_RATE, CHUNK_INDEX, IS_FINAL = "audio", "sample_rate", "chunk_index
 STREAM_ID = "stream_id"
 ENSEMBLE_INPUTS = (TEXT, VOICE, PARAMS)
 ENSEMBLE_OUTPUTS = (AUDIO, SAMPLE_RATE, CHUNK_INDEX, IS_FINAL)
+WORDS_REQUEST, WORDS = "words_request", "words"
+WORD_TIMESTAMPS = "word_timestamps"     # the request field (params), as vLLM-Omni names it
+# The languages the configured aligner places words in (the launcher sets it for the stages).
+WORD_ALIGNER_LANGUAGES_ENV = "TRITONTTS_WORD_ALIGNER_LANGUAGES"
 
 INVALID_REQUEST_TAG = "[invalid_request]"
 
@@ -75,6 +87,32 @@ def decode_params(raw: str | bytes | None) -> dict[str, Any]:
     if not isinstance(params, dict):
         raise InvalidRequest("params must be a JSON object")
     return params
+
+
+# A `language` value that means the aligner's language or "let the model choose".
+_LANGUAGE_NAMES = {"en": ("en", "eng", "english", "en-us", "en-gb", "en_us", "en_gb")}
+_ANY_LANGUAGE = ("", "auto")
+
+
+def words_request(text: str, params: dict[str, Any], languages: tuple[str, ...] | None) -> str:
+    """The words_request a request carries between stages: "" unless params ask for
+    word_timestamps (which is taken out of `params`: the family's own parser never sees it),
+    else the text to align as JSON. `languages`: the aligner's (None: no aligner is
+    configured); a request for another language, or with no aligner, is an InvalidRequest."""
+    asked = params.pop(WORD_TIMESTAMPS, False)
+    if asked in (False, None):
+        return ""
+    if asked is not True:
+        raise InvalidRequest(f"{WORD_TIMESTAMPS} must be true or false, got {asked!r}")
+    if languages is None:
+        raise InvalidRequest(f"{WORD_TIMESTAMPS} needs a word aligner: start the server with "
+                             "--word-aligner (python -m frontend --word-aligner ...)")
+    language = str(params.get("language") or "").strip().lower()
+    if language not in _ANY_LANGUAGE and not any(
+            language in _LANGUAGE_NAMES.get(code, (code,)) for code in languages):
+        raise InvalidRequest(f"{WORD_TIMESTAMPS}: the word aligner places words in "
+                             f"{', '.join(languages)} only, not language {params.get('language')!r}")
+    return json.dumps({"text": text})
 
 
 def split_invalid_request(message: str) -> str | None:

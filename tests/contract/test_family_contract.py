@@ -102,6 +102,35 @@ def test_seeded_streaming_equals_non_streaming(served, family, example):
     assert float(np.abs(streamed - full).max()) <= 1e-4
 
 
+def sse_events(served, body: dict) -> list[dict]:
+    with httpx.stream("POST", served.url + "/v1/audio/speech", json=body, timeout=300) as r:
+        assert r.status_code == 200, r.read()
+        return [json.loads(line[len("data: "):]) for line in r.iter_lines() if line.startswith("data: ")]
+
+
+def test_word_timestamps_place_every_input_word_in_order_inside_the_audio(served, family, example):
+    """The pooled servers run with --word-aligner, so every family's ensemble ends with the
+    word aligner: a whole response's X-Word-Timestamps holds the input's words in order,
+    inside its audio, and the SSE stream carries the same words with its chunks (the
+    server's chunks are the same in both: so are the timings)."""
+    from tritontts.alignment.words import split_words
+
+    whole = speech(served, family, example, seed=11, response_format="pcm", word_timestamps=True)
+    assert whole.status_code == 200, whole.text
+    words = json.loads(whole.headers["X-Word-Timestamps"])
+    assert [w["word"] for w in words] == split_words(TEXT)
+    duration_ms = len(whole.content) / 2 / int(whole.headers["X-Sample-Rate"]) * 1000
+    for before, after in zip(words, words[1:]):
+        assert 0 <= before["start_ms"] <= before["end_ms"] <= after["start_ms"] + 1, words
+    assert words[-1]["end_ms"] <= duration_ms + 1
+    events = sse_events(served, {"model": family.name, "input": TEXT, **example, "seed": 11, "stream": True,
+                                 "response_format": "pcm", "word_timestamps": True})
+    streamed = [w for e in events for w in e.get("timestamps") or []]
+    assert [w["word"] for w in streamed] == [w["word"] for w in words]
+    assert max(abs(a["start_ms"] - b["start_ms"]) for a, b in zip(streamed, words)) <= 40, (streamed, words)
+    assert events[-1]["type"] == "speech.audio.done"
+
+
 def test_wav_response_decodes_at_the_declared_rate(served, family, example):
     r = speech(served, family, example, seed=3, response_format="wav")
     assert r.status_code == 200, r.text
@@ -192,7 +221,7 @@ def test_the_voices_listing_shows_the_family_builtin_voices(served, family):
 FIELD_VALUES = {"task_type": "Base", "language": "English", "ref_audio": "UklGRg==", "ref_text": "Hi.",
                 "x_vector_only_mode": True, "speaker_embedding": [0.1, 0.2], "max_new_tokens": 5,
                 "seed": 1, "initial_codec_chunk_frames": 2, "non_streaming_mode": True,
-                "word_timestamps": True, "instructions": "Softly."}
+                "instructions": "Softly."}
 
 
 def test_speech_fields_the_family_does_not_take_are_400_naming_the_field(served, family, example):

@@ -250,3 +250,18 @@ async def test_a_model_answers_to_its_served_model_names_and_its_checkpoint_path
         assert (await front.speech(model="ckpts/other")).status_code == 404
         listed = [m["id"] for m in (await front.http.get("/v1/models")).json()["data"]]
     assert listed == ["piper", "my-voice"]
+
+
+def test_word_timestamps_past_4_kib_leave_the_header_saying_so():
+    """vLLM-Omni's header limit: a long text's timings are not sent in the header (the SSE
+    stream and the batch endpoint carry any number)."""
+    import json
+
+    from frontend.serving import word_timestamp_headers
+
+    words = [{"word": f"word{i}", "start_ms": 10 * i, "end_ms": 10 * i + 5} for i in range(200)]
+    small = word_timestamp_headers(words[:3])
+    assert json.loads(small["X-Word-Timestamps"]) == words[:3]
+    big = word_timestamp_headers(words)
+    assert "X-Word-Timestamps" not in big
+    assert big["X-Word-Timestamps-Omitted"] == f"oversize; bytes={len(json.dumps(words))}; limit=4096"

@@ -25,6 +25,9 @@ ENCODER_FRAMES_PER_SECOND = 50  # the encoder halves the mel frames
 MAX_TEXT_TOKENS = 400           # of the decoder's 448 positions, with the start sequence and eot
 KEEP_MARGIN_SECONDS = 1.0       # a window's words are kept if they end this far before its end
 VOICED_DB = -40.0               # a 10 ms frame is voiced above this, relative to the loudest frame
+# What the aligner is measured on (tritontts.benchmark.word_alignment): English. An
+# English-only checkpoint (*.en) knows no other; a multilingual one is run in English too.
+LANGUAGES = ("en",)
 
 
 class WhisperAligner:
@@ -39,9 +42,6 @@ class WhisperAligner:
         multilingual = self.whisper.model.is_multilingual
         self.tokenizer = Tokenizer(self.whisper.hf_tokenizer, multilingual, task="transcribe",
                                    language="en" if multilingual else None)
-        # An English-only checkpoint (*.en) aligns English; a multilingual one is started
-        # in English here too: other languages are not measured yet.
-        self.languages = ("en",)
 
     def word_tokens(self, word: str) -> list[int]:
         return self.tokenizer.encode(" " + word)

@@ -22,7 +22,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ..family import Family
-from ..protocol import ENSEMBLE_INPUTS, ENSEMBLE_OUTPUTS
+from ..protocol import ENSEMBLE_INPUTS, ENSEMBLE_OUTPUTS, STREAM_ID, WORDS, WORDS_REQUEST
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STAGE_REPOSITORY = REPO_ROOT / "model_repository"
@@ -32,7 +32,9 @@ ENSEMBLE_REPOSITORY = REPO_ROOT / "ensembles"
 CONVENTION_TYPES = {"text": "TYPE_STRING", "voice": "TYPE_STRING", "params": "TYPE_STRING",
                     "audio": "TYPE_FP32", "sample_rate": "TYPE_INT32",
                     "chunk_index": "TYPE_INT32", "is_final": "TYPE_BOOL",
-                    "stream_id": "TYPE_INT64", "voice_features": "TYPE_STRING"}
+                    "stream_id": "TYPE_INT64", "voice_features": "TYPE_STRING",
+                    "words_request": "TYPE_STRING", "words": "TYPE_STRING"}
+WORD_ALIGNER = "word_aligner"
 
 
 class WiringError(ValueError):
@@ -60,7 +62,8 @@ class Source:
     type: str
 
 
-def wire(stages: list[mc.ModelConfig]) -> tuple[list[dict[str, Source]], dict[str, Source]]:
+def wire(stages: list[mc.ModelConfig], ensemble_outputs: tuple[str, ...] = ENSEMBLE_OUTPUTS
+         ) -> tuple[list[dict[str, Source]], dict[str, Source]]:
     """For each step, its inputs' sources; and the ensemble outputs' sources."""
     def source(name: str, before: int, what: str) -> Source:
         # The latest decoupled step before `before` is the barrier nothing may be read across.
@@ -92,7 +95,7 @@ def wire(stages: list[mc.ModelConfig]) -> tuple[list[dict[str, Source]], dict[st
                                   f"its source is {src.type}")
             wired[tensor.name] = src
         inputs.append(wired)
-    outputs = {name: source(name, len(stages), "ensemble output") for name in ENSEMBLE_OUTPUTS}
+    outputs = {name: source(name, len(stages), "ensemble output") for name in ensemble_outputs}
     return inputs, outputs
 
 
@@ -157,17 +160,20 @@ def write_served_model(model: str, family: Family, checkpoint: Path, out: Path,
 
 
 def ensemble_config(family: Family, repository: Path = STAGE_REPOSITORY,
-                    model: str | None = None) -> str:
+                    model: str | None = None, aligned: bool = False) -> str:
     """The ensemble config.pbtxt text for a family (or for `model`, another checkpoint of it
-    whose renamed stages write_served_model put in `repository`), from its stage configs."""
+    whose renamed stages write_served_model put in `repository`), from its stage configs;
+    `aligned`: ending with the word_aligner stage (write_word_aligned_repository)."""
     model = model or family.name
     names = [served_model_stage(model, family, stage) for stage in family.stages]
+    names += [WORD_ALIGNER] if aligned else []
     stages = [read_config(repository / name / "config.pbtxt") for name in names]
     for name, config in zip(names, stages):
         if config.name != name:
             raise WiringError(f"{repository / name / 'config.pbtxt'} names model {config.name!r}")
     check_convention(family, stages)
-    inputs, outputs = wire(stages)
+    ensemble_outputs = ENSEMBLE_OUTPUTS + ((WORDS,) if aligned else ())
+    inputs, outputs = wire(stages, ensemble_outputs)
     # An ensemble output takes its own name at its (last) producer; other consumed tensors
     # are named <stage>.<tensor> after the producing stage.
     final_name = {(src.step, src.name): name for name, src in outputs.items()}
@@ -193,7 +199,7 @@ def ensemble_config(family: Family, repository: Path = STAGE_REPOSITORY,
         f"max_batch_size: {min(c.max_batch_size for c in stages)}",
         "",
         "input [", ",\n".join(io(n) for n in ENSEMBLE_INPUTS), "]",
-        "output [", ",\n".join(io(n) for n in ENSEMBLE_OUTPUTS), "]",
+        "output [", ",\n".join(io(n) for n in ensemble_outputs), "]",
         "",
         "ensemble_scheduling {",
         "  step [",
@@ -211,6 +217,56 @@ def ensemble_config(family: Family, repository: Path = STAGE_REPOSITORY,
         steps.append("\n".join(step))
     lines += [",\n".join(steps), "  ]", "}", ""]
     return "\n".join(lines)
+
+
+def forward_word_requests(config: mc.ModelConfig, first: bool) -> mc.ModelConfig:
+    """A stage's config on a word-aligned server: it also passes words_request on (the
+    first stage's host makes it), and stream_id, which the word_aligner keys streams by."""
+    inputs = {t.name for t in config.input}
+    outputs = {t.name for t in config.output}
+    def add(tensors, name):
+        tensors.add(name=name, data_type=mc.DataType.Value(CONVENTION_TYPES[name]), dims=[1])
+
+    for name in (WORDS_REQUEST, STREAM_ID):
+        if not first and name not in inputs:
+            add(config.input, name)
+        if name not in outputs:
+            add(config.output, name)
+    return config
+
+
+def write_word_aligned_repository(models: dict[str, Family], sources: tuple[Path, ...], out: Path,
+                                  aligner_source: Path = STAGE_REPOSITORY) -> None:
+    """Into repository `out`: every stage of the served `models` (model name -> family),
+    taken from the first of `sources` that has it and rewritten by forward_word_requests, the
+    word_aligner and cancel models, and each model's ensemble ending with the word_aligner.
+    It replaces `sources` for tritonserver (the ensembles have the same names)."""
+    import shutil
+
+    from ..serving.cancellation import CANCEL_MODEL
+
+    def found(stage: str) -> Path:
+        for source in sources:
+            if (source / stage / "config.pbtxt").is_file():
+                return source / stage
+        raise WiringError(f"no stage {stage!r} in {', '.join(map(str, sources))}")
+
+    for model, family in models.items():
+        for i, stage in enumerate(family.stages):
+            name = served_model_stage(model, family, stage)
+            target = out / name
+            shutil.copytree(found(name), target, dirs_exist_ok=True)
+            config = forward_word_requests(read_config(target / "config.pbtxt"), first=i == 0)
+            (target / "config.pbtxt").write_text(
+                "# Written by tritontts.deploy.repository.write_word_aligned_repository from the "
+                "stage's config:\n# words_request and stream_id pass through for the word_aligner.\n"
+                + text_format.MessageToString(config))
+    for name in (WORD_ALIGNER, CANCEL_MODEL):
+        shutil.copytree(aligner_source / name if name == WORD_ALIGNER else found(name), out / name,
+                        dirs_exist_ok=True)
+    for model, family in models.items():
+        (out / model / "1").mkdir(parents=True, exist_ok=True)
+        (out / model / "config.pbtxt").write_text(ensemble_config(family, out, model, aligned=True))
 
 
 def ensemble_path(family: Family, repository: Path = ENSEMBLE_REPOSITORY) -> Path:

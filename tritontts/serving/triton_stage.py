@@ -29,7 +29,8 @@ import triton_python_backend_utils as pb_utils
 from . import cancellation
 from .scheduling import ChunkScheduler
 from ..protocol import (
-    AUDIO, CHUNK_INDEX, INVALID_REQUEST_TAG, IS_FINAL, SAMPLE_RATE, STREAM_ID, InvalidRequest)
+    AUDIO, CHUNK_INDEX, INVALID_REQUEST_TAG, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, TEXT,
+    WORD_ALIGNER_LANGUAGES_ENV, WORDS_REQUEST, InvalidRequest, decode_params, words_request)
 from .stage import EngineStage, Inputs, Stage, StageContext, StreamingStage
 from ..voice import VOICE_FEATURES
 
@@ -110,6 +111,13 @@ class TritonPythonModel:
         self.output_types = {t["name"]: pb_utils.triton_string_to_numpy(t["data_type"])
                              for t in config.get("output", [])}
         self.passthrough = [n for n in self.output_types if n in self.input_names]
+        # The first stage of a word-aligned server: words_request is made here from the
+        # request's text and params (tritontts.protocol.words_request), then passed on.
+        self.sets_words_request = WORDS_REQUEST in self.output_types and WORDS_REQUEST not in self.input_names
+        if self.sets_words_request:
+            self.passthrough.append(WORDS_REQUEST)
+            languages = os.environ.get(WORD_ALIGNER_LANGUAGES_ENV)
+            self.aligner_languages = tuple(languages.split(",")) if languages else None
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         cls = load_stage_class(parameters["stage"])
         streaming = issubclass(cls, StreamingStage)
@@ -162,6 +170,11 @@ class TritonPythonModel:
                 raise InvalidRequest(f"{name}: send one item per request (batch size 1), "
                                      f"got shape {list(array.shape)}")
             inputs[name] = array[0]
+        if self.sets_words_request:
+            params = decode_params(inputs.scalar(PARAMS, ""))
+            asked = words_request(inputs.scalar(TEXT, ""), params, self.aligner_languages)
+            inputs[PARAMS] = np.array([json.dumps(params).encode()], dtype=np.object_)
+            inputs[WORDS_REQUEST] = np.array([asked.encode()], dtype=np.object_)
         return inputs
 
     def response(self, outputs: dict[str, Any], inputs: Inputs,

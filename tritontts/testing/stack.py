@@ -109,8 +109,11 @@ TINY_KV_REQUESTS = 16
 
 
 def tiny_engine_args(families: tuple[str, ...]) -> tuple[str, ...]:
-    """The launcher's flags for a server of tiny checkpoints of `families`."""
-    return ("--kv-requests", str(TINY_KV_REQUESTS))
+    """The launcher's flags for a server of tiny checkpoints of `families`: KV for
+    TINY_KV_REQUESTS, and word timestamps (every family's ensemble ends with the word
+    aligner, so every pooled test runs through it; the servers tests start themselves, the
+    launcher's and restart tests, run without)."""
+    return ("--kv-requests", str(TINY_KV_REQUESTS), "--word-aligner")
 
 
 def engine_processes(session: int | None = None) -> set[int]:
