@@ -50,20 +50,20 @@ def pool(monkeypatch, tmp_path_factory, tmp_path):
 
 def test_a_failed_start_stops_its_server_and_the_same_server_is_not_started_again(pool):
     with pytest.raises(TimeoutError):
-        pool.get(("piper",))
+        pool.get(("first",))
     assert len(FakeStack.made) == 1 and FakeStack.made[0].abandoned
     assert pool.live is None
     with pytest.raises(RuntimeError, match="start failed earlier.*never became ready"):
-        pool.get(("piper",))
+        pool.get(("first",))
     assert len(FakeStack.made) == 1         # no second start of the server that failed
 
 
 def test_after_a_failed_start_another_server_still_starts(pool):
     with pytest.raises(TimeoutError):
-        pool.get(("piper",))
+        pool.get(("first",))
     FakeStack.fail = False
-    live = pool.get(("cosyvoice3",))
-    assert live.families == ("cosyvoice3",) and not live.abandoned
-    assert pool.get(("cosyvoice3",)) is live        # reused, not restarted
+    live = pool.get(("second",))
+    assert live.families == ("second",) and not live.abandoned
+    assert pool.get(("second",)) is live        # reused, not restarted
     pool.close()
     assert live.stopped

@@ -62,6 +62,8 @@ DEFAULT = {
     "docs/architecture.md": "the request path drawn for the default voice",
     "docs/gpu.md": "the default voice's stages on a GPU",
     "docs/families/cosyvoice3.md": "compared with the default voice's streaming",
+    "docs/word-timestamps.md": "the aligner measured on the default voice's real speech",
+    "tritontts/benchmark/word_alignment.py": "word onsets known from the default voice's words spoken alone",
 }
 
 # Worked examples and shared code's users, by family: each entry says why.
