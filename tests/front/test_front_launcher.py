@@ -233,3 +233,26 @@ def test_dtype_reaches_tritonserver_only_when_not_auto():
     assert dtype_env("auto", [], None, None) == {}
     assert dtype_env("float32", [], None, None) == {DTYPE_ENV: "float32"}
     assert dtype_env("bfloat16", [], "gpu", None) == {DTYPE_ENV: "bfloat16"}
+
+
+def test_a_word_aligner_that_is_not_a_whisper_folder_exits_2_saying_what_it_needs(tmp_path, capsys):
+    code, err = launch(["--word-aligner", str(tmp_path)], capsys)
+    assert code == 2 and "not a CTranslate2 Whisper folder" in err and "model.bin" in err
+
+
+def test_a_word_aligned_repository_builds_over_the_gpu_profile(tmp_path):
+    """--word-aligner composes with --profile gpu: the aligned stages are the profile's
+    rewritten ones, and the ensemble ends with the aligner."""
+    from frontend.__main__ import aligned_repository, profile_repository, remove
+    from tritontts.deploy.repository import ENSEMBLE_REPOSITORY, read_config
+
+    profiled = profile_repository("gpu", ["piper"], [0])
+    try:
+        out = aligned_repository(["piper"], (profiled, ENSEMBLE_REPOSITORY))
+        vits = read_config(out / "piper_vits" / "config.pbtxt")
+        assert vits.instance_group[0].kind == read_config(profiled / "piper_vits" / "config.pbtxt").instance_group[0].kind
+        steps = read_config(out / "piper" / "config.pbtxt").ensemble_scheduling.step
+        assert [s.model_name for s in steps][-1] == "word_aligner"
+        remove([out])
+    finally:
+        remove([profiled])
