@@ -21,8 +21,9 @@ def test_benchmark_command_reports_levels_perf_analyzer_rows_overhead_and_plots(
         assert s["ok"] >= s["concurrency"] and s["errors"] == 0 and s["rejected"] == 0
         assert 0 < s["ttfa_p50"] <= s["ttfa_p99"] and s["audio_s_per_s"] > 0
         assert s["rtf_p50"] > 0 and s["worst_gap"] is not None
-    # perf_analyzer drove the ensemble and each stage with the captured tensors
-    assert set(piper["perf"]) == {"piper", "piper_text", "piper_vits"}
+    # perf_analyzer drove the ensemble and each stage with the captured tensors (the pooled
+    # servers run with --word-aligner: its stage too)
+    assert set(piper["perf"]) == {"piper", "piper_text", "piper_vits", "word_aligner"}
     for model, rows in piper["perf"].items():
         assert isinstance(rows, list), f"{model}: {rows}"
         assert rows[0]["concurrency"] == 1 and rows[0]["throughput"] > 0 and rows[0]["p50"] > 0
