@@ -97,11 +97,8 @@ class Session:
     sentences: int = 0                 # sentences queued in the current utterance
     open: bool = False                 # an utterance has text not yet flushed by input.done
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
-    # Word timestamps: ms of audio sent so far in each utterance (its sentences' timeline),
-    # and where each (utterance, sentence) began in it.
+    # Word timestamps: ms of audio sent so far in each utterance (its sentences' timeline).
     utterance_ms: dict = field(default_factory=dict)
-    sentence_ms: dict = field(default_factory=dict)
-    sentence_chunks: dict = field(default_factory=dict)     # audio.chunk frames sent per sentence
 
     async def send_error(self, message: str, status: int = 400, param: str | None = None) -> None:
         await self.socket.send_json({"type": "error", "message": message, "status": status,
@@ -260,22 +257,21 @@ async def _speak(session: Session) -> None:
         await _sentence(session, *item)
 
 
-async def _timed_chunk(session: Session, utterance: int, index: int, pcm: bytes, words: list[dict],
-                       sample_rate: int) -> None:
+async def _timed_chunk(session: Session, utterance: int, index: int, chunk_id: int, sentence_ms: float,
+                       pcm: bytes, words: list[dict], sample_rate: int) -> None:
     """One audio.chunk frame of a word_timestamps session (vLLM-Omni's fields): the PCM as
-    base64 and the words placed with it, in ms of the utterance's audio (its sentences one
-    after another, as the client plays them)."""
+    base64 and the words placed with it (ms in their sentence, which began at `sentence_ms`
+    of the utterance), in ms of the utterance's audio (its sentences one after another, as
+    the client plays them)."""
     start = session.utterance_ms.get(utterance, 0.0)
     end = start + len(pcm) / 2 / sample_rate * 1000
     session.utterance_ms[utterance] = end
-    offset = session.sentence_ms.setdefault((utterance, index), start)
-    chunk_id = session.sentence_chunks[(utterance, index)] = session.sentence_chunks.get((utterance, index), -1) + 1
     await session.socket.send_json({
         "type": "audio.chunk", "utterance_index": utterance, "sentence_index": index,
         "chunk_id": chunk_id, "chunk_start_ms": round(start), "chunk_end_ms": round(end), "sample_rate": sample_rate,
         "channels": 1, "audio_b64": base64.b64encode(pcm).decode(),
-        "timestamps": [{"word": w["word"], "start_ms": round(offset + w["start_ms"]),
-                        "end_ms": round(offset + w["end_ms"])} for w in words] or None})
+        "timestamps": [{"word": w["word"], "start_ms": round(sentence_ms + w["start_ms"]),
+                        "end_ms": round(sentence_ms + w["end_ms"])} for w in words] or None})
 
 
 async def _sentence(session: Session, utterance: int, index: int, text: str) -> None:
@@ -291,6 +287,8 @@ async def _sentence(session: Session, utterance: int, index: int, text: str) -> 
         return
     synthesis = service.synthesis(prepared)
     started = False
+    sentence_ms = session.utterance_ms.get(utterance, 0.0)    # sentences are spoken in turn
+    timed_chunks = 0
     try:
         async with aclosing(synthesis):
             async for chunk in synthesis:
@@ -309,7 +307,9 @@ async def _sentence(session: Session, utterance: int, index: int, text: str) -> 
                     if chunk.final:
                         data += encoder.finish()
                     if data or words:
-                        await _timed_chunk(session, utterance, index, data, words, encoder.sample_rate)
+                        await _timed_chunk(session, utterance, index, timed_chunks, sentence_ms, data, words,
+                                           encoder.sample_rate)
+                        timed_chunks += 1
                         done["total_bytes"] += len(data)
                 elif data:
                     await socket.send_bytes(data)

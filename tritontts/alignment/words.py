@@ -51,6 +51,3 @@ class WordTiming:
 
     def as_json(self) -> dict:
         return {"word": self.word, "start_ms": self.start_ms, "end_ms": self.end_ms}
-
-    def shifted(self, offset_ms: int) -> "WordTiming":
-        return WordTiming(self.word, self.start_ms + offset_ms, self.end_ms + offset_ms)

@@ -224,6 +224,7 @@ def forward_word_requests(config: mc.ModelConfig, first: bool) -> mc.ModelConfig
     first stage's host makes it), and stream_id, which the word_aligner keys streams by."""
     inputs = {t.name for t in config.input}
     outputs = {t.name for t in config.output}
+
     def add(tensors, name):
         tensors.add(name=name, data_type=mc.DataType.Value(CONVENTION_TYPES[name]), dims=[1])
 
@@ -261,9 +262,8 @@ def write_word_aligned_repository(models: dict[str, Family], sources: tuple[Path
                 "# Written by tritontts.deploy.repository.write_word_aligned_repository from the "
                 "stage's config:\n# words_request and stream_id pass through for the word_aligner.\n"
                 + text_format.MessageToString(config))
-    for name in (WORD_ALIGNER, CANCEL_MODEL):
-        shutil.copytree(aligner_source / name if name == WORD_ALIGNER else found(name), out / name,
-                        dirs_exist_ok=True)
+    shutil.copytree(aligner_source / WORD_ALIGNER, out / WORD_ALIGNER, dirs_exist_ok=True)
+    shutil.copytree(found(CANCEL_MODEL), out / CANCEL_MODEL, dirs_exist_ok=True)
     for model, family in models.items():
         (out / model / "1").mkdir(parents=True, exist_ok=True)
         (out / model / "config.pbtxt").write_text(ensemble_config(family, out, model, aligned=True))

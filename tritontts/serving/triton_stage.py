@@ -30,7 +30,7 @@ from . import cancellation
 from .scheduling import ChunkScheduler
 from ..protocol import (
     AUDIO, CHUNK_INDEX, INVALID_REQUEST_TAG, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, TEXT,
-    WORD_ALIGNER_LANGUAGES_ENV, WORDS_REQUEST, InvalidRequest, decode_params, words_request)
+    WORD_ALIGNER_LANGUAGES_ENV, WORD_TIMESTAMPS, WORDS_REQUEST, InvalidRequest, decode_params, words_request)
 from .stage import EngineStage, Inputs, Stage, StageContext, StreamingStage
 from ..voice import VOICE_FEATURES
 
@@ -172,8 +172,10 @@ class TritonPythonModel:
             inputs[name] = array[0]
         if self.sets_words_request:
             params = decode_params(inputs.scalar(PARAMS, ""))
+            named = WORD_TIMESTAMPS in params
             asked = words_request(inputs.scalar(TEXT, ""), params, self.aligner_languages)
-            inputs[PARAMS] = np.array([json.dumps(params).encode()], dtype=np.object_)
+            if named:       # words_request took the field out: the stage gets params without it
+                inputs[PARAMS] = np.array([json.dumps(params).encode()], dtype=np.object_)
             inputs[WORDS_REQUEST] = np.array([asked.encode()], dtype=np.object_)
         return inputs
 
