@@ -191,6 +191,13 @@ class Family:
     # Its stages whose network computes Triton's batches together (GroupedStage), each with
     # a request at streaming shapes, of an opened checkpoint (tritontts.benchmark.batching).
     batch_cases: Callable[[Any], list] | None = None
+    # Every network its stages run in PyTorch (the `graphs` among them, the per-frame
+    # sub-models, the backbone where our stages hold one), as tritontts.nn.runtime Graphs
+    # with random weights built on torch's default device at a size: "tiny" (the random
+    # checkpoints' sizes) or "released" (None there: a network only vLLM runs at that
+    # size). Each axis' opt is a streaming request's shape and the first input's first
+    # axis is the batch: the GPU check's PyTorch tier (tritontts.benchmark.gpu_torch).
+    torch_networks: Callable[[str], list] | None = None
     example_params: Callable[[], dict[str, Any]] = field(default=dict)
     # Checkpoint variants the contract suite also runs (e.g. Qwen3-TTS's kinds), by name.
     variants: dict[str, Variant] = field(default_factory=dict)
