@@ -1,9 +1,16 @@
 """The prepared GPU check: a few minutes on a CUDA machine, one summary table at the end.
+Two tiers (docs/gpu.md, "The prepared check"):
 
-  .venv/bin/python scripts/gpu_check.py [--out DIR] [--skip-contract] [--skip-serving]
+  python3 scripts/gpu_check.py --tier torch [--families A,B] [--out DIR]
+      needs only PyTorch and this package (numpy 2 is fine): every network our stages run
+      in PyTorch, device vs CPU fp32, bf16/fp16 drift, batch 1/4/8 timings at released
+      sizes (tritontts.benchmark.gpu_torch). For the research images we can borrow.
+  .venv/bin/python scripts/gpu_check.py [--tier full] [--out DIR] [--skip-contract] [--skip-serving]
+      the whole stack (the Dockerfile's image: tritonserver, CUDA vLLM, TensorRT); a step
+      whose component is missing is one row saying so ("skipped: ... not installed").
 
-Never needed by CI (tests pass on the CPU); run it when a GPU is at hand and copy its table
-into docs/benchmarks.md. Steps, each a block of rows in the table:
+Never needed by CI (tests pass on the CPU); `--cpu-dry-run` runs either tier's code here at
+tiny sizes (CI runs the torch tier's). Full tier steps, each a block of rows in the table:
 
   1. environment   GPU, CUDA, TensorRT and onnxruntime providers found
   2. engines       every exportable network of the tiny random checkpoints: TensorRT fp32
@@ -25,6 +32,7 @@ as skipped (what CI machines can check of this script).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -63,8 +71,27 @@ def step(name: str, fn, *args) -> None:
         row(name, "step failed", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
 
+def missing(*modules: str) -> str | None:
+    """'skipped: X not installed' for the first module this Python cannot import, else None."""
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ImportError:
+            found = False
+        if not found:
+            return f"skipped: {module} not installed"
+    return None
+
+
+def tritonserver_missing() -> str | None:
+    try:
+        from tritontts.deploy.tritonserver import pytriton_root
+        return None if (pytriton_root() / "bin" / "tritonserver").is_file() else "skipped: no tritonserver"
+    except Exception as exc:      # noqa: BLE001
+        return f"skipped: no tritonserver ({type(exc).__name__})"
+
+
 def environment(device: str) -> None:
-    import onnxruntime as ort
 
     if device.startswith("cuda"):
         row("environment", "GPU", torch.cuda.get_device_name(device),
@@ -72,12 +99,22 @@ def environment(device: str) -> None:
         row("environment", "torch", f"{torch.__version__} CUDA {torch.version.cuda}")
     else:
         row("environment", "device", "cpu (dry run)")
+    import numpy
+    row("environment", "python", sys.version.split()[0])
+    row("environment", "numpy", numpy.__version__)
     try:
         import tensorrt
         row("environment", "TensorRT", tensorrt.__version__)
     except ImportError:
         row("environment", "TensorRT", "not installed")
-    row("environment", "onnxruntime", f"{ort.__version__} {','.join(ort.get_available_providers())}")
+    if missing("onnxruntime"):
+        row("environment", "onnxruntime", "not installed")
+    else:
+        import onnxruntime as ort
+        row("environment", "onnxruntime", f"{ort.__version__} {','.join(ort.get_available_providers())}")
+    for module in ("vllm", "tritonclient"):
+        row("environment", module, "not installed" if missing(module) else "installed")
+    row("environment", "tritonserver", tritonserver_missing() or "installed")
 
 
 def tiny_graphs(work: Path) -> list:
@@ -94,8 +131,9 @@ def engines(work: Path, device: str) -> None:
     for graph in tiny_graphs(work):
         graph.module.to(device)
         for precision in ("fp32", "fp16"):
-            if not device.startswith("cuda"):
-                row("engines", f"{graph.name} TensorRT {precision}", "skipped: no GPU")
+            skip = "skipped: no GPU" if not device.startswith("cuda") else missing("tensorrt")
+            if skip:
+                row("engines", f"{graph.name} TensorRT {precision}", skip)
                 continue
             start = time.perf_counter()
             engine = ensure_tensorrt_engine(graph, root, fp16=precision == "fp16")
@@ -104,6 +142,9 @@ def engines(work: Path, device: str) -> None:
             row("engines", f"{graph.name} TensorRT {precision}",
                 "ok" if diff <= (1e-4 if precision == "fp32" else 2e-2) * max(scale, 1) else "DRIFT",
                 build_s=built, max_abs_diff=diff, scale=scale)
+        if missing("onnxruntime"):
+            row("engines", f"{graph.name} onnxruntime", missing("onnxruntime"))
+            continue
         runner = OnnxRuntimeRunner(ensure_onnx(graph, root), graph, device)
         diff, scale = compare(graph, runner)
         row("engines", f"{graph.name} onnxruntime {runner.detail}",
@@ -131,9 +172,10 @@ def networks(work: Path, device: str, released: bool) -> None:
     for graph in graphs:
         graph.module.to(device)
         runners = {"torch": TorchRunner(graph)}
-        runners["onnxruntime"] = OnnxRuntimeRunner(ensure_onnx(graph, work / "engines-released"),
-                                                   graph, device)
-        if device.startswith("cuda"):
+        if not missing("onnxruntime"):
+            runners["onnxruntime"] = OnnxRuntimeRunner(ensure_onnx(graph, work / "engines-released"),
+                                                       graph, device)
+        if device.startswith("cuda") and not missing("tensorrt"):
             engine = ensure_tensorrt_engine(graph, work / "engines-released", fp16=True)
             runners["tensorrt fp16"] = TensorRTRunner(engine, graph, device)
         for shape in SHAPES[graph.name]:
@@ -163,6 +205,10 @@ def batching(work: Path, device: str, released: bool) -> None:
 
 
 def contract(device: str) -> None:
+    skip = missing("vllm", "tritonclient", "pytest") or tritonserver_missing()
+    if skip:
+        row("contract", "tests/contract", skip)
+        return
     env = {**os.environ, "TRITONTTS_PROFILE": "gpu" if device.startswith("cuda") else "cpu"}
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
@@ -175,6 +221,10 @@ def contract(device: str) -> None:
 
 
 def serving(work: Path, device: str, released: bool) -> None:
+    skip = missing("vllm", "tritonclient", "fastapi") or tritonserver_missing()
+    if skip:
+        row("serving", "benchmark", skip)
+        return
     sizes = {"cosyvoice3": "released", "qwen3_tts": "0.6b", "omnivoice": "released"} if released else {}
     checkpoints = []
     for name, family in FAMILIES.items():
@@ -204,6 +254,22 @@ def serving(work: Path, device: str, released: bool) -> None:
                 audio_s_per_s=level["audio_s_per_s"] or float("nan"))
 
 
+def torch_tier(work: Path, device: str, released: bool, families: list[str] | None, start: float) -> int:
+    from tritontts.benchmark import gpu_torch
+
+    environment(device)
+    rows = gpu_torch.run(device, released, families, work)
+    seconds = time.perf_counter() - start
+    text = (table() + "\n" + gpu_torch.table(rows)
+            + f"\n{seconds:.0f} s in all on {device}; work files in {work}\n")
+    (work / "gpu_torch.md").write_text(text)
+    (work / "gpu_torch.json").write_text(json.dumps(
+        {"device": device, "released": released, "seconds": seconds, "environment": ROWS, "rows": rows,
+         "imported": gpu_torch.imported_distributions()}, indent=1))
+    print("\n" + text)
+    return 1 if gpu_torch.failed(rows) else 0
+
+
 def table() -> str:
     lines = ["| step | what | result | numbers |", "|---|---|---|---|"]
     for r in ROWS:
@@ -216,6 +282,8 @@ def table() -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tier", choices=("full", "torch"), default="full")
+    parser.add_argument("--families", help="the torch tier's families, comma-separated (default: all)")
     parser.add_argument("--out", type=Path, help="folder for the table and work files")
     parser.add_argument("--cpu-dry-run", action="store_true")
     parser.add_argument("--skip-contract", action="store_true")
@@ -230,6 +298,8 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TRITONTTS_CACHE", str(work / "cache"))
     start = time.perf_counter()
+    if args.tier == "torch":
+        return torch_tier(work, device, released, args.families.split(",") if args.families else None, start)
     step("environment", environment, device)
     step("engines", engines, work, device)
     step("networks", networks, work, device, released)

@@ -151,6 +151,10 @@ if [ "$HAVE" != "$WANT full" ] && { [ "$LEVEL" = full ] || [ "$HAVE" != "$WANT m
     (cd "$tmp" && "$VENV/bin/python" -m zipfile -e tritonclient-2.51.0-*.whl x >/dev/null)
     install -m 0755 "$tmp"/x/tritonclient-2.51.0.data/data/bin/perf_analyzer "$VENV/bin/perf_analyzer.bin"
     rm -rf "$tmp"
+    # numpy 2 beside the venv, never on its path: the GPU check's torch tier runs on images
+    # with numpy 2 (docs/gpu.md, "The prepared check"), and its dry-run test runs it with this in front.
+    rm -rf "$VENV/numpy2"
+    pip_or_die install -q --no-deps --target "$VENV/numpy2" "numpy>=2.1,<3"
     # Upstream implementations for parity tests, unpacked beside the venv, never installed:
     # vllm-omni registers a vLLM plugin that breaks stock vLLM, and they want torchaudio.
     # Shared by several families here; each family's own in its upstream.txt.

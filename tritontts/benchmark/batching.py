@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 from pathlib import Path
@@ -28,13 +29,22 @@ from ..serving.stage import Stage, StageContext
 BATCHES = (1, 4, 8)
 
 
+# One `parameters { key: "K" value: { string_value: "V" } }` entry of a config.pbtxt.
+PARAMETER = re.compile(r'parameters\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"\s*\}\s*\}')
+
+
+def config_parameters(config_pbtxt: Path) -> dict[str, str]:
+    """A config.pbtxt's parameters, read without tritonclient's protobuf classes (the GPU
+    images the PyTorch tier runs on have none; tests check it reads what read_config reads)."""
+    return dict(PARAMETER.findall(config_pbtxt.read_text()))
+
+
 def stage_context(stage: str, checkpoint_root: Path, device: str = "cpu") -> StageContext:
     """The stage's context as Triton gives it: config.pbtxt's parameters (threads, runtime),
     with no cap on the rows of one call."""
-    from ..deploy.repository import STAGE_REPOSITORY, read_config
+    from ..deploy.tritonserver import STAGE_REPOSITORY
 
-    config = read_config(STAGE_REPOSITORY / stage / "config.pbtxt")
-    parameters = {k: v.string_value for k, v in config.parameters.items()}
+    parameters = config_parameters(STAGE_REPOSITORY / stage / "config.pbtxt")
     parameters["max_rows_per_call"] = "0"     # "on" computes the whole batch whatever the config caps
     return StageContext(stage, STAGE_REPOSITORY / stage, parameters=parameters, device=device)
 

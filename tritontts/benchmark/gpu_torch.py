@@ -90,6 +90,17 @@ def compare(got: tuple[torch.Tensor, ...], expected: tuple[torch.Tensor, ...]) -
     return out
 
 
+def finite(outputs: tuple[torch.Tensor, ...]) -> bool:
+    return all(bool(torch.isfinite(t.float()).all()) for t in outputs if t.is_floating_point())
+
+
+def fp32_verdict(numbers: Row, scale: float) -> str:
+    """ok when two fp32 runs agree as two devices' summation orders allow, else MISMATCH."""
+    good = (numbers.get("max_abs_diff", 0.0) <= FP32_TOLERANCE * max(1.0, scale)
+            and numbers.get("codes_agree", 1.0) >= CODES_AGREE)
+    return "ok" if good else "MISMATCH"
+
+
 def scale_of(outputs: tuple[torch.Tensor, ...]) -> float:
     return max((float(t.detach().abs().max()) for t in outputs if t.is_floating_point() and t.numel()),
                default=1.0)
@@ -109,7 +120,7 @@ def cast(module: torch.nn.Module, dtype: torch.dtype):
             tensor.data = data
 
 
-def parity(graph: Graph, device: str) -> list[Row]:
+def parity(graph: Graph, device: str, precisions: tuple[str, ...] = tuple(LOW_PRECISIONS)) -> list[Row]:
     """Device fp32 vs CPU fp32, then bf16 / fp16 vs fp32 on the device, at tiny size."""
     rows = []
     module = graph.module.eval().to("cpu")
@@ -117,29 +128,29 @@ def parity(graph: Graph, device: str) -> list[Row]:
     expected = call(graph, module, inputs)
     scale = scale_of(expected)
     reference = expected
+    if not finite(expected):
+        return [{"what": f"{graph.name} cpu fp32", "result": "NON-FINITE"}]
     if not device.startswith("cuda"):
         rows.append({"what": f"{graph.name} {device} vs cpu fp32", "result": "skipped: no GPU"})
     else:
         module.to(device)
         reference = call(graph, module, tuple(t.to(device) for t in inputs))
         numbers = compare(reference, expected)
-        good = (numbers.get("max_abs_diff", 0.0) <= FP32_TOLERANCE * max(1.0, scale)
-                and numbers.get("codes_agree", 1.0) >= CODES_AGREE)
-        rows.append({"what": f"{graph.name} {device} vs cpu fp32", "result": "ok" if good else "MISMATCH",
+        rows.append({"what": f"{graph.name} {device} vs cpu fp32", "result": fp32_verdict(numbers, scale),
                      **numbers, "scale": scale})
     device_inputs = tuple(t.to(device) for t in inputs)
-    for label, dtype in LOW_PRECISIONS.items():
+    for label in precisions:
+        dtype = LOW_PRECISIONS[label]
         try:
             with cast(module, dtype):
                 got = call(graph, module, cast_inputs(device_inputs, dtype))
         except Exception as exc:        # noqa: BLE001 - e.g. a CPU kernel with no fp16 build
             rows.append({"what": f"{graph.name} {label} vs fp32", "result": f"unsupported: {first_line(exc)}"})
             continue
-        finite = all(bool(torch.isfinite(t.float()).all()) for t in got if t.is_floating_point())
         numbers = compare(tuple(t.float() if t.is_floating_point() else t for t in got), reference)
         if "max_abs_diff" in numbers:
             numbers["relative"] = numbers["max_abs_diff"] / max(scale, 1e-12)
-        rows.append({"what": f"{graph.name} {label} vs fp32", "result": "ok" if finite else "NON-FINITE",
+        rows.append({"what": f"{graph.name} {label} vs fp32", "result": "ok" if finite(got) else "NON-FINITE",
                      **numbers})
     return rows
 
@@ -241,27 +252,33 @@ def run(device: str, released: bool, families: list[str] | None = None, work: Pa
             guarded(step, family, f"{family} networks ({size})", lambda: out.extend(networks(family, size)) or [])
         return out
 
+    # A dry run (tiny sizes on the CPU, what CI runs) takes every code path once, cheaply:
+    # the tiny networks timed as built for parity, batch 1 and 8, bf16 drift only (fp16 is
+    # the same path with another dtype, and slow on a CPU).
+    dry = not released and not device.startswith("cuda")
     for name in names:
         began = time.perf_counter()
-        for graph in built("parity", name, "tiny", "cpu"):
-            guarded("parity", name, graph.name, lambda g=graph: parity(g, device))
+        tiny = built("parity", name, "tiny", "cpu")
+        for graph in tiny:
+            guarded("parity", name, graph.name,
+                    lambda g=graph: parity(g, device, ("bf16",) if dry else tuple(LOW_PRECISIONS)))
         size = "released" if released else "tiny"
         # Released modules are made on the device itself: random init of ~1e9 weights is
         # seconds there and minutes on the host.
-        for graph in built("timing", name, size, device if released else "cpu"):
+        for graph in (built("timing", name, size, device) if released else tiny):
             add("timing", name, [{"what": f"{graph.name} parameters", "result": size,
                                   "parameters": parameters(graph)}])
-            guarded("timing", name, graph.name,
-                    lambda g=graph: timing(g, device, repeats=5 if device.startswith("cuda") else 1))
+            guarded("timing", name, graph.name, lambda g=graph: timing(
+                g, device, (1, 8) if dry else BATCHES, repeats=1 if dry else 5))
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
         add("family", name, [{"what": f"{name} done", "result": "ok", "seconds": time.perf_counter() - began}])
     if batching_step:
-        guarded("batching", "all", "batched stages", lambda: batching(device, names, work))
+        guarded("batching", "all", "batched stages", lambda: batching(device, names, work, dry))
     return rows
 
 
-def batching(device: str, names: list[str], work: Path | None) -> list[Row]:
+def batching(device: str, names: list[str], work: Path | None, dry: bool = False) -> list[Row]:
     """The batched stages on the tiny checkpoints, one call vs one by one."""
     from .batching import checkpoint_at, measure_family
 
@@ -270,7 +287,8 @@ def batching(device: str, names: list[str], work: Path | None) -> list[Row]:
     for name in names:
         if not FAMILIES[name].batch_cases:
             continue
-        for r in measure_family(name, checkpoint_at(name, "tiny", cache), device, rounds=3):
+        for r in measure_family(name, checkpoint_at(name, "tiny", cache), device,
+                                batches=(1, 4) if dry else (1, 4, 8), rounds=1 if dry else 3):
             rows.append({"what": f"{r['stage']} batch {r['batch']} ({r['shape']})",
                          "result": f"req/s on {r['on']['requests_per_s']:.3g}, off {r['off']['requests_per_s']:.3g}",
                          "on_over_off": r["ratio"]})

@@ -28,7 +28,9 @@ from ..serving.cancellation import CANCEL_DIR_ENV, CANCEL_MODEL
 logger = logging.getLogger("tritontts.deploy.tritonserver")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-MODEL_REPOSITORIES = (REPO_ROOT / "model_repository", REPO_ROOT / "ensembles")
+STAGE_REPOSITORY = REPO_ROOT / "model_repository"
+ENSEMBLE_REPOSITORY = REPO_ROOT / "ensembles"
+MODEL_REPOSITORIES = (STAGE_REPOSITORY, ENSEMBLE_REPOSITORY)
 
 
 def pytriton_root() -> Path:

@@ -216,16 +216,16 @@ class _NoiseBank:
         self.seed = seed
         self.normal = normal
         gen = torch.Generator().manual_seed(seed)
-        rand_ini = torch.rand(1, harmonics, generator=gen)
+        rand_ini = torch.rand(1, harmonics, generator=gen, device="cpu")   # host noise, whatever the default device
         rand_ini[:, 0] = 0
         self.rand_ini = rand_ini
-        self._table = torch.empty(1, 0, harmonics)
+        self._table = torch.empty(1, 0, harmonics, device="cpu")
 
     def _block(self, index: int) -> Tensor:
         # Distinct seeds per (seed, block); the +1 keeps block 0 apart from rand_ini's stream.
         gen = torch.Generator().manual_seed((self.seed * 1_000_003 + index + 1) % (1 << 63))
         draw = torch.randn if self.normal else torch.rand
-        return draw(_NOISE_BLOCK_ROWS, self.harmonics, generator=gen)
+        return draw(_NOISE_BLOCK_ROWS, self.harmonics, generator=gen, device="cpu")
 
     def sine_noise(self, length: int, device: torch.device) -> Tensor:
         """The noise of samples 0 .. length-1: [1, length, harmonics], float32."""

@@ -39,6 +39,7 @@ FAMILY = Family(
     # Upstream's model names (Tencent-Hunyuan/AuK); a served folder named so matches too.
     released_names=("Tencent-Hunyuan/AuK", "Tencent-Hunyuan/AuK-Flash"),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
+    torch_networks=lazy(__package__, ".networks:torch_networks"),
     # A second of audio in 4 steps keeps the tiny checkpoint's tests fast (the default is 32).
     example_params=lambda: {"duration_seconds": 1.0, "num_inference_steps": 4},
     variants={

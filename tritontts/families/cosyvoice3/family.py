@@ -57,5 +57,6 @@ FAMILY = Family(
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     graphs=lazy(__package__, ".stages:export_graphs"),
     batch_cases=lazy(__package__, ".batching:batch_cases"),
+    torch_networks=lazy(__package__, ".networks:torch_networks"),
     example_params=_example_params,
 )

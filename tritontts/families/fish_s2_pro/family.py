@@ -38,6 +38,7 @@ FAMILY = Family(
     voice_modes=(VoiceMode("clone", "the reference's codes with its transcript", transcript=True),),
     released_names=("fishaudio/s2-pro",),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
+    torch_networks=lazy(__package__, ".networks:torch_networks"),
     # Cloning (the family's richer path); the tiny random talker rarely ends by itself: bounded.
     example_params=lambda: {"max_new_tokens": 24, **synthetic_reference()},
 )

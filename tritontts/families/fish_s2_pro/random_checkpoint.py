@@ -29,6 +29,8 @@ _CORPUS = ("system\nconvert the provided text to speech reference to the followi
 NAMED = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|voice|>", "<|audio_start|>", "<|audio_end|>",
          *(f"<|speaker:{i}|>" for i in range(5)))
 PAD, AUDIO_PAD = "<|pad|>", "<|audio_pad|>"
+# The tiny BPE's size: the corpus has merges enough to fill it (the released size pads it).
+BPE_VOCAB = 400
 
 LAYER = {"attention_qkv_bias": False, "attention_o_bias": False, "use_moe": False}
 SIZES = {
@@ -47,6 +49,20 @@ TINY_CODEC = {"encoder_dim": 4, "encoder_rates": [2, 4, 8, 8], "encoder_transfor
               "decoder_dim": 64, "decoder_rates": [8, 8, 4, 2]}
 
 
+def special_ids(size: str, base: int) -> dict[str, int]:
+    """The special tokens' ids, in order after a BPE part of `base` entries."""
+    s = SIZES[size]
+    names = list(NAMED)
+    if s["pad_offset"] is not None:      # released: fill up to the known ids
+        names += [f"<|reserved_{i}|>" for i in range(len(names), s["pad_offset"])]
+    names.append(PAD)
+    if s["pad_offset"] is not None:
+        names += [f"<|reserved_{i}|>" for i in range(len(names), s["pad_offset"] + 8)]
+    names.append(AUDIO_PAD)
+    names += [f"<|semantic:{i}|>" for i in range(s["codebook"])]
+    return {name: base + k for k, name in enumerate(names)}
+
+
 def write_tokenizer(out: Path, size: str) -> dict[str, int]:
     """tokenizer.json: a BPE trained on a small corpus with Qwen2's split, then the special
     tokens (ids in the order they follow the vocabulary; at the released size the BPE part is
@@ -56,20 +72,12 @@ def write_tokenizer(out: Path, size: str) -> dict[str, int]:
     from ...weights.random_weights import train_byte_level_bpe
 
     s = SIZES[size]
-    data = json.loads(train_byte_level_bpe([_CORPUS], PRETOKENIZE_REGEX, 400).to_str())
+    data = json.loads(train_byte_level_bpe([_CORPUS], PRETOKENIZE_REGEX, BPE_VOCAB).to_str())
     vocab = data["model"]["vocab"]
     base = s["base_vocab"] or len(vocab)
     for k in range(len(vocab), base):
         vocab[f"<|unused_bpe_{k}|>"] = k
-    names = list(NAMED)
-    if s["pad_offset"] is not None:      # released: fill up to the known ids
-        names += [f"<|reserved_{i}|>" for i in range(len(names), s["pad_offset"])]
-    names.append(PAD)
-    if s["pad_offset"] is not None:
-        names += [f"<|reserved_{i}|>" for i in range(len(names), s["pad_offset"] + 8)]
-    names.append(AUDIO_PAD)
-    names += [f"<|semantic:{i}|>" for i in range(s["codebook"])]
-    ids = {name: base + k for k, name in enumerate(names)}
+    ids = special_ids(size, base)
     data["added_tokens"] = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
                              "normalized": False, "special": True} for t, i in ids.items()]
     (out / TOKENIZER_FILE).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")

@@ -36,11 +36,11 @@ class GepardHeads(nn.Module):
             nn.LayerNorm(hidden, elementwise_affine=False))
         self.null_prefix = nn.Parameter(torch.zeros(config.speaker_slots, hidden))
         width = max(levels[1:], default=levels[0])
-        offsets = torch.tensor((0,) + levels).cumsum(0)
         gather = torch.zeros(len(levels) - 1, width, dtype=torch.long)
         pad = torch.full((len(levels) - 1, width), float("-inf"))
         for i, n in enumerate(levels[1:], start=1):
-            gather[i - 1, :n] = torch.arange(int(offsets[i]), int(offsets[i]) + n)
+            offset = sum(levels[:i])         # a Python int: built on any default device (meta too)
+            gather[i - 1, :n] = torch.arange(offset, offset + n)
             pad[i - 1, :n] = 0.0
         self.register_buffer("_gather", gather, persistent=False)
         self.register_buffer("_pad", pad, persistent=False)
@@ -49,8 +49,10 @@ class GepardHeads(nn.Module):
         self.embed_scale = 1.0
 
     def fused_logits(self, hidden: Tensor) -> Tensor:
-        """[n, H] -> [n, sum(levels)]: every head's logits side by side."""
-        if self._fused is None or self._fused[0].device != hidden.device:
+        """[n, H] -> [n, sum(levels)]: every head's logits side by side (the stacked weights
+        made again when the heads move to another device or dtype)."""
+        weight = self.codebook_heads[0].weight
+        if self._fused is None or self._fused[0].device != weight.device or self._fused[0].dtype != weight.dtype:
             self._fused = (torch.cat([h.weight for h in self.codebook_heads]).detach(),
                            torch.cat([h.bias for h in self.codebook_heads]).detach())
         return torch.nn.functional.linear(hidden, *self._fused)

@@ -35,6 +35,7 @@ SIZES = {
                      linear_num_key_heads=16, linear_num_value_heads=16, vocab_size=248320, audio_embed_dim=32),
 }
 STOP_BIAS = {"tiny": -1.5, "released": -20.0}
+RELEASED_FIRST_SPECIAL = 248070      # <|start_of_speech|>'s released id
 CORPUS = ("Hello there, how are you today? The birch canoe slid on the smooth planks. "
           "Glue the sheet to the dark blue background. It's easy to tell the depth of a well. "
           "These days a chicken leg is a rare dish. Speech synthesis, one frame at a time: 0123456789!")
@@ -100,7 +101,7 @@ def write_random_checkpoint(out: str | Path, seed: int = 0, size: str = "tiny") 
     first = ids[SPECIAL[0]]
     if size != "tiny":
         # The released ids: the BPE's own tokens stay below, the rest of the table is unused.
-        first = 248070
+        first = RELEASED_FIRST_SPECIAL
         _move_special_tokens(out, first)
     config = backbone_config(size)
     side = sidecar(first, size)

@@ -39,5 +39,6 @@ FAMILY = Family(
                            "its transcript (upstream's zero-shot prompt)", transcript=True),),
     released_names=("zai-org/GLM-TTS",),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
+    torch_networks=lazy(__package__, ".networks:torch_networks"),
     example_params=synthetic_reference,     # a 3 s reference: the shortest the family takes
 )

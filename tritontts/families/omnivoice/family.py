@@ -35,6 +35,7 @@ FAMILY = Family(
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     graphs=lazy(__package__, ".stages:export_graphs"),
     batch_cases=lazy(__package__, ".batching:batch_cases"),
+    torch_networks=lazy(__package__, ".networks:torch_networks"),
     # Few steps keep the tiny checkpoint's tests fast; the default is 32.
     example_params=lambda: {"num_steps": 8},
     variants={

@@ -383,29 +383,37 @@ def load_audio_vae(path: str | Path, config: AudioVAEConfig,
     return model.fold_weight_norm().float().to(device).eval()
 
 
-def write_random_audio_vae(path: str | Path, config: AudioVAEConfig = TINY_CONFIG,
-                           seed: int = 0) -> Path:
-    """Write an audiovae.safetensors of seeded random weights under upstream's key names,
-    scaled so that activations stay O(1) through the network (unit-norm filter rows,
-    Snake alphas near 1, sample-rate scales near 1)."""
-    from safetensors.torch import save_file
-
-    gen = torch.Generator().manual_seed(seed)
-    model = AudioVAE(config)
+def random_audio_vae_state(model: AudioVAE, generator: torch.Generator | None = None) -> dict[str, Tensor]:
+    """Seeded random values for every tensor of `model` (weight-normed, as upstream stores
+    it), on the model's device, scaled so that activations stay O(1) through the network
+    (unit-norm filter rows, Snake alphas near 1, sample-rate scales near 1). `generator`
+    (on that device; None: torch's global one) draws them in the state dict's order."""
     out: dict[str, Tensor] = {}
     for name, t in model.state_dict().items():
         leaf = name.rsplit(".", 1)[-1]
+        rand = lambda: torch.rand(t.shape, generator=generator, device=t.device)     # noqa: E731
+        randn = lambda: torch.randn(t.shape, generator=generator, device=t.device)   # noqa: E731
         if name.endswith("sr_bin_boundaries"):
             value = t.clone()
         elif leaf == "weight_g":
-            value = 0.5 + 0.5 * torch.rand(t.shape, generator=gen)
+            value = 0.5 + 0.5 * rand()
         elif leaf == "alpha" or name.endswith("scale_embed.weight"):
-            value = 1.0 + 0.3 * (torch.rand(t.shape, generator=gen) - 0.5)
+            value = 1.0 + 0.3 * (rand() - 0.5)
         elif leaf in ("bias",) or name.endswith("bias_embed.weight") or name.endswith("cond_embed.weight"):
-            value = 0.05 * torch.randn(t.shape, generator=gen)
+            value = 0.05 * randn()
         else:
-            value = torch.randn(t.shape, generator=gen)
+            value = randn()
         out[name] = value.to(t.dtype).contiguous()
+    return out
+
+
+def write_random_audio_vae(path: str | Path, config: AudioVAEConfig = TINY_CONFIG,
+                           seed: int = 0) -> Path:
+    """Write an audiovae.safetensors of seeded random weights (random_audio_vae_state)
+    under upstream's key names."""
+    from safetensors.torch import save_file
+
+    out = random_audio_vae_state(AudioVAE(config), torch.Generator().manual_seed(seed))
     path = Path(path)
     if path.is_dir():
         path = path / "audiovae.safetensors"

@@ -164,3 +164,13 @@ def _calibrate_output(tensors: dict[str, Tensor], cfg: HiggsCodecConfig,
     scale = peak / float(decoder(codes).abs().max().clamp_min(1e-12))
     for key in ("acoustic_decoder.conv2.weight", "acoustic_decoder.conv2.bias"):
         tensors[key] = tensors[key] * scale
+
+
+def spread_codebooks(module: torch.nn.Module) -> None:
+    """Unit-normal codebook rows, as the random codec checkpoints have them: the codec's
+    own init leaves them zero (a checkpoint always fills them), which would decode every
+    code alike and encode every frame to code 0 (the GPU check's random networks)."""
+    with torch.no_grad():
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+            if name.endswith("codebook.embed"):
+                tensor.normal_()
