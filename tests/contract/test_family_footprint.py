@@ -41,6 +41,7 @@ DEFAULT = {
     "tests/benchmark/test_benchmark_metrics.py": "the benchmark's arithmetic on a named model",
     "tests/test_gpu_profile.py": "an ensemble left out when only one family's stages are there",
     "tests/test_repository.py": "the repository checks' example family",
+    "tests/test_gpu_torch.py": "the one family with no PyTorch network (the GPU check's torch tier)",
     "tests/test_sampling.py": "a family with no sampling knobs, as the control",
     "tests/test_stage_backend.py": "the backend host exercised on the default voice's stages",
     "tests/test_voice_features.py": "a family without uploaded voices, as the control",
