@@ -35,7 +35,6 @@ import argparse
 import importlib.util
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,6 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
+from tritontts.benchmark.gpu_torch import median_ms  # noqa: E402
 from tritontts.families import FAMILIES  # noqa: E402
 from tritontts.nn.runtime import (
     OnnxRuntimeRunner, TensorRTRunner, TorchRunner, compare, ensure_onnx, ensure_tensorrt_engine)
@@ -151,20 +151,6 @@ def engines(work: Path, device: str) -> None:
             "ok" if diff <= 1e-4 * max(scale, 1) else "DRIFT", max_abs_diff=diff, scale=scale)
 
 
-def median_ms(fn, inputs, repeats: int, device: str) -> float:
-    times = []
-    for _ in range(repeats + 1):
-        if device.startswith("cuda"):
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        with torch.inference_mode():
-            fn(*inputs)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times[1:])       # the first call sets up
-
-
 def networks(work: Path, device: str, released: bool) -> None:
     from benchmark_runtimes import SHAPES, released_graphs
 
@@ -182,7 +168,8 @@ def networks(work: Path, device: str, released: bool) -> None:
             sizes = graph.sizes() if shape == "opt" else graph.sizes(
                 {k: min(v, graph.axes[k].max) for k, v in shape.items() if k in graph.axes})
             inputs = graph.example(sizes, seed=1, device=device)
-            timings = {name: median_ms(r, inputs, 5, device) for name, r in runners.items()}
+            with torch.inference_mode():
+                timings = {name: median_ms(lambda r=r: r(*inputs), device, 5) for name, r in runners.items()}
             shown = {k: v for k, v in sizes.items() if k in graph.axes and k != "batch"}
             row("networks", f"{graph.name} {shown}", "ms: " + ", ".join(
                 f"{name} {ms:.1f}" for name, ms in timings.items()),
@@ -265,7 +252,7 @@ def torch_tier(work: Path, device: str, released: bool, families: list[str] | No
     (work / "gpu_torch.md").write_text(text)
     (work / "gpu_torch.json").write_text(json.dumps(
         {"device": device, "released": released, "seconds": seconds, "environment": ROWS, "rows": rows,
-         "imported": gpu_torch.imported_distributions()}, indent=1))
+         "imported": gpu_torch.imported_modules()}, indent=1))
     print("\n" + text)
     return 1 if gpu_torch.failed(rows) else 0
 

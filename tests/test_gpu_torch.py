@@ -136,12 +136,12 @@ def test_fp32_verdict_accepts_equal_runs_and_flags_a_perturbed_weight():
     module = Affine()
     graph = graph_of(module)
     inputs = graph.example()
-    expected = gpu_torch.call(graph, module, inputs)
+    expected = gpu_torch.call(graph, inputs)
     scale = gpu_torch.scale_of(expected)
-    assert gpu_torch.fp32_verdict(gpu_torch.compare(gpu_torch.call(graph, module, inputs), expected), scale) == "ok"
+    assert gpu_torch.fp32_verdict(gpu_torch.compare(gpu_torch.call(graph, inputs), expected), scale) == "ok"
     with torch.no_grad():
         module.linear.weight[0, 0] += 1e-2       # the negative control: a wrong weight
-    perturbed = gpu_torch.compare(gpu_torch.call(graph, module, inputs), expected)
+    perturbed = gpu_torch.compare(gpu_torch.call(graph, inputs), expected)
     assert perturbed["max_abs_diff"] > gpu_torch.FP32_TOLERANCE * scale
     assert gpu_torch.fp32_verdict(perturbed, scale) == "MISMATCH"
 
@@ -161,13 +161,13 @@ def test_cast_runs_in_bf16_inside_and_restores_the_exact_fp32_weights_after():
     graph = graph_of(module)
     before = {k: v.clone() for k, v in module.state_dict().items()}
     inputs = graph.example()
-    expected = gpu_torch.call(graph, module, inputs)
+    expected = gpu_torch.call(graph, inputs)
     with gpu_torch.cast(module, torch.bfloat16):
         assert module.linear.weight.dtype == torch.bfloat16
-        low = gpu_torch.call(graph, module, gpu_torch.cast_inputs(inputs, torch.bfloat16))
+        low = gpu_torch.call(graph, gpu_torch.cast_inputs(inputs, torch.bfloat16))
     assert low[0].dtype == torch.bfloat16 and gpu_torch.compare((low[0].float(),), expected[:1])["max_abs_diff"] > 0
     assert all(torch.equal(before[k], v) and v.dtype == torch.float32 for k, v in module.state_dict().items())
-    assert torch.equal(gpu_torch.call(graph, module, inputs)[0], expected[0])
+    assert torch.equal(gpu_torch.call(graph, inputs)[0], expected[0])
 
 
 def test_timing_varies_the_first_inputs_first_axis_over_batches_1_4_8():

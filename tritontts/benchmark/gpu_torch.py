@@ -60,10 +60,10 @@ def cast_inputs(inputs: Iterable[torch.Tensor], dtype: torch.dtype) -> tuple[tor
     return tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs)
 
 
-def call(graph: Graph, module: torch.nn.Module, inputs) -> tuple[torch.Tensor, ...]:
+def call(graph: Graph, inputs) -> tuple[torch.Tensor, ...]:
+    """The graph's module on `inputs` (wherever and in whatever dtype it is now)."""
     with torch.inference_mode():
-        out = module(*inputs)
-    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        return graph.torch_call(*inputs)
 
 
 def compare(got: tuple[torch.Tensor, ...], expected: tuple[torch.Tensor, ...]) -> Row:
@@ -125,7 +125,7 @@ def parity(graph: Graph, device: str, precisions: tuple[str, ...] = tuple(LOW_PR
     rows = []
     module = graph.module.eval().to("cpu")
     inputs = graph.example(seed=0)
-    expected = call(graph, module, inputs)
+    expected = call(graph, inputs)
     scale = scale_of(expected)
     reference = expected
     if not finite(expected):
@@ -134,7 +134,7 @@ def parity(graph: Graph, device: str, precisions: tuple[str, ...] = tuple(LOW_PR
         rows.append({"what": f"{graph.name} {device} vs cpu fp32", "result": "skipped: no GPU"})
     else:
         module.to(device)
-        reference = call(graph, module, tuple(t.to(device) for t in inputs))
+        reference = call(graph, tuple(t.to(device) for t in inputs))
         numbers = compare(reference, expected)
         rows.append({"what": f"{graph.name} {device} vs cpu fp32", "result": fp32_verdict(numbers, scale),
                      **numbers, "scale": scale})
@@ -143,7 +143,7 @@ def parity(graph: Graph, device: str, precisions: tuple[str, ...] = tuple(LOW_PR
         dtype = LOW_PRECISIONS[label]
         try:
             with cast(module, dtype):
-                got = call(graph, module, cast_inputs(device_inputs, dtype))
+                got = call(graph, cast_inputs(device_inputs, dtype))
         except Exception as exc:        # noqa: BLE001 - e.g. a CPU kernel with no fp16 build
             rows.append({"what": f"{graph.name} {label} vs fp32", "result": f"unsupported: {first_line(exc)}"})
             continue
@@ -190,11 +190,11 @@ def timing(graph: Graph, device: str, batches=BATCHES, repeats: int = 5) -> list
         sizes = graph.sizes({axis: min(batch, graph.axes[axis].max)} if axis else None)
         inputs = graph.example(sizes, seed=1, device=device)
         shown = {k: v for k, v in sizes.items() if k in graph.axes}
-        numbers: Row = {"fp32_ms": median_ms(lambda: call(graph, module, inputs), device, repeats)}
+        numbers: Row = {"fp32_ms": median_ms(lambda: call(graph, inputs), device, repeats)}
         try:
             low_inputs = cast_inputs(inputs, torch.bfloat16)
             with cast(module, torch.bfloat16):
-                numbers["bf16_ms"] = median_ms(lambda: call(graph, module, low_inputs), device, repeats)
+                numbers["bf16_ms"] = median_ms(lambda: call(graph, low_inputs), device, repeats)
         except Exception as exc:        # noqa: BLE001
             numbers["bf16"] = f"unsupported: {first_line(exc)}"
         result = "ok"
@@ -311,7 +311,7 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def imported_distributions() -> list[str]:
+def imported_modules() -> list[str]:
     """Top-level modules outside the standard library that this process imported."""
     stdlib = getattr(sys, "stdlib_module_names", frozenset())
     names = {m.split(".")[0] for m in list(sys.modules)}
