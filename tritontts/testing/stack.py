@@ -4,6 +4,7 @@ alive at a time, restarting it only when the families wanted change."""
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -19,10 +20,42 @@ from ..families import DEFAULT_FAMILY
 REPO = Path(__file__).resolve().parents[2]
 
 
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768        # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port nothing listens on, on any address (tritonserver binds 0.0.0.0), drawn
+    from below the kernel's ephemeral range and never the same twice in this process. A port
+    the kernel itself handed out (bind to port 0) sits inside that range, where any process's
+    next outgoing connection or port-0 bind can take it before the server binds it: a CI run
+    lost a stack start that way (a vLLM engine core of the stopping server, or of the new one,
+    took the gRPC port between the check and tritonserver's bind)."""
+    low = _ephemeral_low()
+    if low > 11000:
+        rng = random.Random()
+        for _ in range(200):
+            port = rng.randrange(10000, low)
+            if port in _handed_out:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
+    with socket.socket() as s:          # no room below the range: the kernel's choice
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    _handed_out.add(port)
+    return port
 
 
 def new_user_environment(caches: Path) -> dict[str, str]:
@@ -166,16 +199,19 @@ class Stack:
         self.checkpoints = dict(checkpoints or {})
         self.extra_args = extra_args
         self.env = new_user_environment(caches or tmp / "caches")
-        self.port, self.grpc_port = free_port(), free_port()
-        self.http_port, self.metrics_port = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.grpc_url = f"localhost:{self.grpc_port}"
+        self.take_ports()
         self.log = tmp / "stack.log"
         self.triton_log = tmp / "triton.log"
         self.proc: subprocess.Popen | None = None
         self.terminated = False
         self.at_stop: set[int] = set()
         self.session: int | None = None
+
+    def take_ports(self) -> None:
+        self.port, self.grpc_port = free_port(), free_port()
+        self.http_port, self.metrics_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.grpc_url = f"localhost:{self.grpc_port}"
 
     def command(self) -> list[str]:
         cmd = [self.python, "-m", "frontend", "--host", "127.0.0.1", "--port", str(self.port),
@@ -191,11 +227,23 @@ class Stack:
     def start(self, timeout: float = 600) -> "Stack":
         # The venv's interpreter by path from a new user's environment, as
         # `bash scripts/serve.sh` runs it: the launcher must not rely on the caller's shell.
-        self.terminated = False
-        self.proc = subprocess.Popen(self.command(), cwd=self.checkout, stdout=open(self.log, "wb"),
-                                     stderr=subprocess.STDOUT, env=self.env)
-        wait_healthy(self.proc, self.url, timeout, self.tail, "launcher")
-        return self
+        # A port taken by another process between free_port() and the server's bind (free_port
+        # makes that rare, not impossible) ends the launch at once: once more on new ports.
+        for attempt in (1, 2):
+            self.terminated = False
+            self.proc = subprocess.Popen(self.command(), cwd=self.checkout,
+                                         stdout=open(self.log, "wb" if attempt == 1 else "ab"),
+                                         stderr=subprocess.STDOUT, env=self.env)
+            try:
+                wait_healthy(self.proc, self.url, timeout, self.tail, "launcher")
+                return self
+            except RuntimeError as exc:
+                if attempt == 2 or "already in use" not in str(exc):
+                    raise
+                warnings.warn(f"a port of this stack was taken before the server bound it; "
+                              f"starting again on new ports (was {self.command()})")
+                self.take_ports()
+        raise AssertionError("unreachable")
 
     def tail(self, chars: int = 4000) -> str:
         triton = self.triton_log.read_text()[-chars:] if self.triton_log.exists() else ""
