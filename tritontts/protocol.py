@@ -89,8 +89,21 @@ def decode_params(raw: str | bytes | None) -> dict[str, Any]:
     return params
 
 
-# A `language` value that means the aligner's language or "let the model choose".
-_LANGUAGE_NAMES = {"en": ("en", "eng", "english", "en-us", "en-gb", "en_us", "en_gb")}
+# The `language` values that name each language a word aligner may place words in (ISO 639
+# code -> every spelling a request may use; a code not here matches only itself).
+LANGUAGE_NAMES = {
+    "en": ("en", "eng", "english", "en-us", "en-gb", "en_us", "en_gb"),
+    "zh": ("zh", "zho", "chinese", "mandarin", "zh-cn", "zh_cn"),
+    "yue": ("yue", "cantonese", "zh-hk", "zh_hk"),
+    "fr": ("fr", "fra", "french"),
+    "de": ("de", "deu", "german"),
+    "it": ("it", "ita", "italian"),
+    "ja": ("ja", "jpn", "japanese"),
+    "ko": ("ko", "kor", "korean"),
+    "pt": ("pt", "por", "portuguese", "pt-br", "pt_br"),
+    "ru": ("ru", "rus", "russian"),
+    "es": ("es", "spa", "spanish"),
+}
 _ANY_LANGUAGE = ("", "auto")
 
 
@@ -109,7 +122,7 @@ def words_request(text: str, params: dict[str, Any], languages: tuple[str, ...] 
                              "--word-aligner (python -m frontend --word-aligner ...)")
     language = str(params.get("language") or "").strip().lower()
     if language not in _ANY_LANGUAGE and not any(
-            language in _LANGUAGE_NAMES.get(code, (code,)) for code in languages):
+            language in LANGUAGE_NAMES.get(code, (code,)) for code in languages):
         raise InvalidRequest(f"{WORD_TIMESTAMPS}: the word aligner places words in "
                              f"{', '.join(languages)} only, not language {params.get('language')!r}")
     return json.dumps({"text": text})

@@ -75,7 +75,7 @@ def test_streamed_chunks_place_the_same_words_as_the_whole_audio(aligner, known)
     """Chunks of 0.5 s as a stream delivers them: every word placed once, in order, and
     onsets as good as the whole audio's (the same windows are not guaranteed: a stream
     aligns what it has heard every 4 s)."""
-    from tritontts.alignment.whisper import StreamAlignment
+    from tritontts.alignment.stream import StreamAlignment
 
     stream = StreamAlignment(aligner, known.text, known.sample_rate)
     step = known.sample_rate // 2

@@ -235,9 +235,22 @@ def test_dtype_reaches_tritonserver_only_when_not_auto():
     assert dtype_env("bfloat16", [], "gpu", None) == {DTYPE_ENV: "bfloat16"}
 
 
-def test_a_word_aligner_that_is_not_a_whisper_folder_exits_2_saying_what_it_needs(tmp_path, capsys):
+def test_a_word_aligner_that_is_neither_aligner_exits_2_saying_what_each_needs(tmp_path, capsys):
     code, err = launch(["--word-aligner", str(tmp_path)], capsys)
-    assert code == 2 and "not a CTranslate2 Whisper folder" in err and "model.bin" in err
+    assert code == 2 and "neither a CTranslate2 Whisper folder" in err and "model.bin" in err
+    assert "Qwen3-ForcedAligner checkpoint" in err and "timestamp_token_id" in err
+
+
+def test_word_languages_are_the_aligner_checkpoints(tmp_path):
+    import json
+
+    from frontend.__main__ import word_languages
+
+    assert word_languages(None) is None and word_languages("whisper") == ("en",)
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "qwen3_asr", "timestamp_token_id": 7, "thinker_config": {"classify_num": 5000},
+        "support_languages": ["English", "French", "Klingon"]}))
+    assert word_languages(str(tmp_path)) == ("en", "fr", "klingon")
 
 
 def test_a_word_aligned_repository_builds_over_the_gpu_profile(tmp_path):

@@ -5,9 +5,8 @@ gets a place, also where the audio is not intelligible speech (a random checkpoi
 the words are the text's own (tritontts.alignment.words), never a recognizer's guesses.
 
 Whisper hears 30 s at a time and its decoder holds 448 tokens; longer audio or text is
-aligned window by window, and a stream's audio as it arrives (StreamAlignment): a window's
-words that end well inside it are kept, and the next window starts where the last kept
-word ends. Word edges are then moved off silence
+aligned window by window, and a stream's audio as it arrives (tritontts.alignment.stream).
+Word edges are then moved off silence
 (a word's start onto its first voiced 10 ms frame, its end after its last), since the
 attention places a word's end at the next word's start."""
 from __future__ import annotations
@@ -17,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .words import WordTiming, split_words
+from .checkpoints import WHISPER_LANGUAGES
+from .words import WordTiming
 
 SAMPLE_RATE = 16000             # Whisper's input rate
 WINDOW_SECONDS = 30             # one encoder pass
@@ -25,15 +25,15 @@ MEL_HOP = 160                   # samples per mel frame (100 frames/s)
 ENCODER_FRAMES_PER_SECOND = 50  # the encoder halves the mel frames
 ENCODER_STEP_SECONDS = 10       # the encoder's input, padded up to a multiple of this
 MAX_TEXT_TOKENS = 400           # of the decoder's 448 positions, with the start sequence and eot
-KEEP_MARGIN_SECONDS = 1.0       # a window's words are kept if they end this far before its end
 VOICED_DB = -40.0               # a 10 ms frame is voiced above this, relative to the loudest frame
-# What the aligner is measured on (tritontts.benchmark.word_alignment): English. An
-# English-only checkpoint (*.en) knows no other; a multilingual one is run in English too.
-LANGUAGES = ("en",)
 
 
 class WhisperAligner:
-    """`align(audio, sample_rate, text)` -> the text's words with their times in `audio`."""
+    """`align(audio, sample_rate, text)` -> the text's words with their times in `audio`;
+    `align_window(window, words)` for the stream logic (tritontts.alignment.stream)."""
+
+    window_seconds = WINDOW_SECONDS
+    languages = WHISPER_LANGUAGES
 
     def __init__(self, model_dir: str | Path, threads: int = 1):
         from faster_whisper import WhisperModel
@@ -49,6 +49,8 @@ class WhisperAligner:
         return self.tokenizer.encode(" " + word)
 
     def align(self, audio: np.ndarray, sample_rate: int, text: str) -> list[WordTiming]:
+        from .stream import StreamAlignment
+
         return StreamAlignment(self, text, sample_rate).add(audio, final=True)
 
     def align_window(self, window: np.ndarray, words: list[str]) -> list[tuple[float, float]]:
@@ -80,61 +82,6 @@ class WhisperAligner:
         firsts = np.cumsum([0] + [len(ids) for ids in tokens])         # each word's first token
         spans = [(times[firsts[i]], times[firsts[i + 1]]) for i in range(len(tokens))]
         return _off_silence(spans, window)
-
-
-class StreamAlignment:
-    """One stream's words placed as its audio arrives: `add(chunk, final)` returns the words
-    placed for good by this chunk (times from the stream's first sample). Audio is aligned
-    once `every_seconds` of it wait unplaced, or at the end; a word is placed once it ends
-    KEEP_MARGIN_SECONDS before the audio heard so far does (its successors may still be
-    unspoken), and at the end every word left is placed."""
-
-    def __init__(self, aligner: WhisperAligner, text: str, sample_rate: int, every_seconds: float = 4.0):
-        import soxr
-
-        self.aligner, self.words, self.placed = aligner, split_words(text), 0
-        self.every = int(every_seconds * SAMPLE_RATE)
-        self.resampler = (soxr.ResampleStream(sample_rate, SAMPLE_RATE, 1, dtype="float32")
-                          if sample_rate != SAMPLE_RATE else None)
-        self.pending = np.zeros(0, np.float32)      # 16 kHz audio not yet behind a placed word
-        self.offset = 0                             # samples of the stream before `pending`
-
-    def add(self, chunk: np.ndarray, final: bool = False) -> list[WordTiming]:
-        chunk = np.asarray(chunk, np.float32).reshape(-1)
-        if self.resampler is not None:
-            chunk = self.resampler.resample_chunk(chunk, last=final)
-        self.pending = np.concatenate([self.pending, chunk])
-        out: list[WordTiming] = []
-        if not final and self.pending.size < self.every:
-            return out
-        while self.placed < len(self.words):
-            window = self.pending[:WINDOW_SECONDS * SAMPLE_RATE]
-            if window.size < MEL_HOP:
-                if final:       # no audio left: the rest end where the audio ends
-                    end = _ms((self.offset + self.pending.size) / SAMPLE_RATE)
-                    out += self._place([(end, end)] * (len(self.words) - self.placed))
-                break
-            everything = final and window.size == self.pending.size
-            spans = every_span = self.aligner.align_window(window, self.words[self.placed:])
-            if not everything:
-                inside = window.size / SAMPLE_RATE - KEEP_MARGIN_SECONDS
-                spans = [s for s in every_span if s[1] <= inside]
-                if not spans and window.size == WINDOW_SECONDS * SAMPLE_RATE:
-                    spans = every_span[:1]      # a full window places at least one word
-            start_s = self.offset / SAMPLE_RATE
-            out += self._place([(_ms(start_s + a), _ms(start_s + b)) for a, b in spans])
-            if not spans:
-                break           # wait for more audio
-            cut = max(MEL_HOP, int(round(out[-1].end_ms / 1000 * SAMPLE_RATE)) - self.offset)
-            self.pending, self.offset = self.pending[cut:], self.offset + cut
-            if not final and self.pending.size < self.every:
-                break
-        return out
-
-    def _place(self, spans: list[tuple[int, int]]) -> list[WordTiming]:
-        words = self.words[self.placed:self.placed + len(spans)]
-        self.placed += len(words)
-        return [WordTiming(w, a, b) for w, (a, b) in zip(words, spans)]
 
 
 def _token_start_times(alignments, count: int) -> np.ndarray:
@@ -169,7 +116,3 @@ def _off_silence(spans: list[tuple[float, float]], audio: np.ndarray) -> list[tu
         else:
             moved.append((begin, end))
     return moved
-
-
-def _ms(seconds: float) -> int:
-    return int(round(seconds * 1000))

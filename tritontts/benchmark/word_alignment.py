@@ -63,7 +63,7 @@ def piper_known_words(sentences=tuple(HARVARD), seed: int = 0) -> KnownWords:
 def onset_errors(aligner, known: KnownWords, chunk_seconds: float | None = None) -> tuple[np.ndarray, float]:
     """Each word's |aligned onset - true onset| in ms, and the aligner's CPU seconds: the
     whole audio at once, or with `chunk_seconds` as a stream delivers it (StreamAlignment)."""
-    from ..alignment.whisper import StreamAlignment
+    from ..alignment.stream import StreamAlignment
 
     started = time.process_time()
     if chunk_seconds is None:

