@@ -53,3 +53,15 @@ def aligner_languages(path: Path) -> tuple[str, ...]:
         names = _config(path).get("support_languages") or QWEN3_FORCED_ALIGNER_LANGUAGES
         return tuple(dict.fromkeys(language_code(str(n)) for n in names))
     return WHISPER_LANGUAGES
+
+
+def load_aligner(path: Path, threads: int | None = 1):
+    """The aligner `path` holds (WhisperAligner or Qwen3ForcedAligner), loaded; `threads`: its
+    CPU threads (None: torch's as they are, for Qwen3-ForcedAligner)."""
+    if aligner_kind(path) == QWEN3_FORCED_ALIGNER:
+        from .qwen3_forced_aligner import Qwen3ForcedAligner
+
+        return Qwen3ForcedAligner(path, threads=threads)
+    from .whisper import WhisperAligner
+
+    return WhisperAligner(path, threads=threads or 1)

@@ -313,6 +313,12 @@ class Qwen3ForcedAligner:
     def languages(self) -> tuple[str, ...]:
         return self.config.languages
 
+    def align(self, audio: np.ndarray, sample_rate: int, text: str) -> list:
+        """The text's words (WordTiming) with their times in `audio`, window by window."""
+        from .stream import StreamAlignment
+
+        return StreamAlignment(self, text, sample_rate).add(audio, final=True)
+
     def input_ids(self, words: list[str], audio_tokens: int) -> list[int]:
         text = (AUDIO_START + AUDIO_PAD * audio_tokens + AUDIO_END
                 + (TIMESTAMP * 2).join(words) + TIMESTAMP * 2)

