@@ -66,7 +66,4 @@ def test_every_grouped_stage_is_in_a_familys_batch_cases(random_checkpoints):
         if family.batch_cases:
             checkpoint = family.open_checkpoint(random_checkpoints[name])
             measured |= {case.stage for case in family.batch_cases(checkpoint)}
-    assert measured <= grouped, measured - grouped
-    # The window decoders (batched since before the benchmark) are not in it yet.
-    window = {d.name for d in FOLDERS if any(c.__name__ == "WindowDecoderStage" for c in stage_class(d)[1].__mro__)}
-    assert grouped - window <= measured, grouped - window - measured
+    assert measured == grouped, (grouped - measured, measured - grouped)

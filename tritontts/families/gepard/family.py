@@ -27,6 +27,7 @@ FAMILY = Family(
     voices=lambda checkpoint: ["default"],
     released_names=("nineninesix/gepard-1.0",),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
+    batch_cases=lazy(__package__, ".batching:batch_cases"),
     torch_networks=lazy(__package__, ".networks:torch_networks"),
     # The tiny random talker's stop head is a coin toss: bound its frames.
     example_params=lambda: {"max_new_tokens": 24},

@@ -38,6 +38,7 @@ FAMILY = Family(
                  VoiceMode("reference", "the reference patches alone (no transcript)", transcript=False)),
     released_names=("openbmb/VoxCPM2",),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
+    batch_cases=lazy(__package__, ".batching:batch_cases"),
     torch_networks=lazy(__package__, ".networks:torch_networks"),
     # Cloning (the family's richer path; zero-shot is covered by its own end-to-end tests).
     # The tiny random talker stops on its own after a few to a few dozen patches: bounded.

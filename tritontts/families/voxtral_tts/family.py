@@ -32,6 +32,7 @@ FAMILY = Family(
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voices=_voices,
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
+    batch_cases=lazy(__package__, ".batching:batch_cases"),
     torch_networks=lazy(__package__, ".networks:torch_networks"),
     # The tiny random talker rarely ends by itself: bound its frames.
     example_params=lambda: {"max_new_tokens": 20},
