@@ -23,7 +23,8 @@ from pathlib import Path
 
 import uvicorn
 
-from tritontts.alignment.checkpoints import WHISPER_LANGUAGES, aligner_kind, aligner_languages
+from tritontts.alignment.checkpoints import aligner_kind, aligner_languages
+from tritontts.alignment.languages import WHISPER_LANGUAGES
 from tritontts.weights.checkpoint import CheckpointError
 from tritontts.families import DEFAULT_FAMILY, FAMILIES, family_of
 from tritontts.deploy.profiles import DEFAULT_GPU_MEMORY_GIB, PROFILES, gpu_ids

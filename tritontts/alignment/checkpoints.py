@@ -8,16 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..protocol import LANGUAGE_NAMES
+from .languages import WHISPER_LANGUAGES, qwen3_forced_aligner_languages
 
 WHISPER, QWEN3_FORCED_ALIGNER = "whisper", "qwen3_forced_aligner"
-# What the Whisper aligner is measured on (tritontts.benchmark.word_alignment): English. An
-# English-only checkpoint (*.en) knows no other; a multilingual one is run in English too.
-WHISPER_LANGUAGES = ("en",)
-# Qwen3-ForcedAligner-0.6B's languages (its model card), for a checkpoint whose config.json
-# does not list its own (`support_languages`).
-QWEN3_FORCED_ALIGNER_LANGUAGES = ("Chinese", "English", "Cantonese", "French", "German", "Italian",
-                                  "Japanese", "Korean", "Portuguese", "Russian", "Spanish")
 
 
 def _config(path: Path) -> dict | None:
@@ -40,18 +33,10 @@ def aligner_kind(path: Path) -> str | None:
     return None
 
 
-def language_code(name: str) -> str:
-    """A language's ISO 639 code from its name or code ("English" -> "en"); a language the
-    table does not know is kept, lowercased."""
-    lowered = name.strip().lower()
-    return next((code for code, names in LANGUAGE_NAMES.items() if lowered in names), lowered)
-
-
 def aligner_languages(path: Path) -> tuple[str, ...]:
     """The codes of the languages the aligner in `path` places words in."""
     if aligner_kind(path) == QWEN3_FORCED_ALIGNER:
-        names = _config(path).get("support_languages") or QWEN3_FORCED_ALIGNER_LANGUAGES
-        return tuple(dict.fromkeys(language_code(str(n)) for n in names))
+        return qwen3_forced_aligner_languages(_config(path))
     return WHISPER_LANGUAGES
 
 

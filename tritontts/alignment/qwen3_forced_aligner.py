@@ -32,7 +32,7 @@ What one pass computes (qwen-asr 0.0.6's `Qwen3ForcedAligner.align`):
     (`repair_times`); here also clamped to the audio's length.
 
 Languages: the checkpoint's `support_languages`, else the 11 the model card lists
-(tritontts.alignment.checkpoints). Words are
+(tritontts.alignment.languages). Words are
 the request text's own (tritontts.alignment.words, split as vLLM-Omni splits them), for every
 language; qwen-asr splits Japanese and Korean with nagisa and soynlp instead, which are not
 dependencies here.
@@ -54,7 +54,7 @@ from ..nn.mel import whisper_log_mel
 from ..nn.qwen3 import Qwen3Stack
 from ..nn.qwen3_shape import Qwen3Shape
 from ..weights.checkpoint import CheckpointError
-from .checkpoints import aligner_languages
+from .languages import qwen3_forced_aligner_languages
 
 SAMPLE_RATE = 16000
 MEL_HOP = 160
@@ -114,7 +114,7 @@ class AlignerConfig:
             rope_theta=text.get("rope_theta", 5000000.0),
             attention_bias=bool(text.get("attention_bias", False)),
             max_position_embeddings=text.get("max_position_embeddings", 128000))
-        languages = aligner_languages(root)
+        languages = qwen3_forced_aligner_languages(config)
         return cls(encoder=encoder, text=shape, classes=need(thinker, "classify_num", "thinker_config."),
                    audio_token_id=thinker.get("audio_token_id", 151646),
                    timestamp_token_id=need(config, "timestamp_token_id", ""),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoints import WHISPER_LANGUAGES
+from .languages import WHISPER_LANGUAGES
 from .words import WordTiming
 
 SAMPLE_RATE = 16000             # Whisper's input rate
