@@ -206,3 +206,11 @@ def test_weights_that_do_not_match_the_config_are_refused_naming_the_keys(checkp
     save_file(state, str(tmp_path / "model.safetensors"))
     with pytest.raises(CheckpointError, match="missing keys: lm_head.weight"):
         Qwen3ForcedAligner(tmp_path)
+
+
+def test_a_window_of_a_few_milliseconds_places_its_words_inside_it(ours):
+    """A stream's last audio can be one mel hop (10 ms): shorter than the STFT's reflection
+    needs, so it is padded with silence; its words are placed inside it."""
+    for samples in (160, 199, 401):
+        spans = ours.align_window(speechlike(samples / 16000, seed=5), ["a", "b"])
+        assert len(spans) == 2 and all(0 <= a <= b <= samples / 16000 for a, b in spans), (samples, spans)

@@ -58,6 +58,7 @@ from .languages import qwen3_forced_aligner_languages
 
 SAMPLE_RATE = 16000
 MEL_HOP = 160
+N_FFT = 400                     # Whisper's STFT window
 WINDOW_SECONDS = 30             # audio aligned in one pass by the stream logic (tritontts.alignment.stream)
 MAX_TEXT_TOKENS = 1000          # word tokens in one pass (a 30 s window holds far fewer words)
 AUDIO_START, AUDIO_PAD, AUDIO_END, TIMESTAMP = "<|audio_start|>", "<|audio_pad|>", "<|audio_end|>", "<timestamp>"
@@ -330,6 +331,8 @@ class Qwen3ForcedAligner:
     @torch.inference_mode()
     def predicted_ms(self, window: np.ndarray, words: list[str]) -> list[float]:
         """The raw times (ms) at each <timestamp>: argmax class x timestamp_segment_time."""
+        if window.size < N_FFT:     # the centred STFT's reflection needs more than n_fft / 2 samples
+            window = np.pad(window, (0, N_FFT - window.size))
         mel = torch.from_numpy(whisper_log_mel(window, self.config.encoder["num_mel_bins"]))
         tokens = audio_token_count(mel.shape[1], self.config.encoder["n_window"])
         ids = torch.tensor(self.input_ids(words, tokens))
