@@ -461,7 +461,7 @@ def main(argv=None) -> int:
             from tritontts.serving.word_aligner import WORD_ALIGNER_ENV
 
             env.update({WORD_ALIGNER_ENV: str(aligner),
-                        WORD_ALIGNER_LANGUAGES_ENV: ",".join(aligner_languages(aligner))})
+                        WORD_ALIGNER_LANGUAGES_ENV: ",".join(word_languages(args.word_aligner))})
         if args.kv_requests is not None:
             if args.triton_url is not None:
                 raise LaunchError("--kv-requests sizes the talkers of the tritonserver this launcher starts; "

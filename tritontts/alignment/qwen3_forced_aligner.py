@@ -53,8 +53,9 @@ from torch import Tensor, nn
 from ..nn.mel import whisper_log_mel
 from ..nn.qwen3 import Qwen3Stack
 from ..nn.qwen3_shape import Qwen3Shape
+from ..nn.sinusoids import sinusoid_table
 from ..weights.checkpoint import CheckpointError
-from .languages import qwen3_forced_aligner_languages
+from .stream import WindowAligner
 
 SAMPLE_RATE = 16000
 MEL_HOP = 160
@@ -76,7 +77,6 @@ class AlignerConfig:
     audio_token_id: int
     timestamp_token_id: int
     segment_ms: float
-    languages: tuple[str, ...]
 
     @classmethod
     def read(cls, root: Path) -> "AlignerConfig":
@@ -115,11 +115,10 @@ class AlignerConfig:
             rope_theta=text.get("rope_theta", 5000000.0),
             attention_bias=bool(text.get("attention_bias", False)),
             max_position_embeddings=text.get("max_position_embeddings", 128000))
-        languages = qwen3_forced_aligner_languages(config)
         return cls(encoder=encoder, text=shape, classes=need(thinker, "classify_num", "thinker_config."),
                    audio_token_id=thinker.get("audio_token_id", 151646),
                    timestamp_token_id=need(config, "timestamp_token_id", ""),
-                   segment_ms=float(config.get("timestamp_segment_time", 80)), languages=languages)
+                   segment_ms=float(config.get("timestamp_segment_time", 80)))
 
 
 def tokens_after_convs(frames: int) -> int:
@@ -133,14 +132,6 @@ def audio_token_count(frames: int, n_window: int) -> int:
     """Audio tokens for `frames` mel frames: 13 per full chunk of 2 * n_window, plus the tail's."""
     chunk = 2 * n_window
     return (frames // chunk) * tokens_after_convs(chunk) + tokens_after_convs(frames % chunk)
-
-
-def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> Tensor:
-    """[length, channels]: sin then cos of position / timescale, timescales log-spaced."""
-    increment = math.log(max_timescale) / (channels // 2 - 1)
-    inverse = torch.exp(-increment * torch.arange(channels // 2, dtype=torch.float32))
-    angles = torch.arange(length, dtype=torch.float32)[:, None] * inverse[None, :]
-    return torch.cat([angles.sin(), angles.cos()], dim=1)
 
 
 class _WindowAttention(nn.Module):
@@ -189,6 +180,9 @@ class AudioEncoder(nn.Module):
         self.conv2d2 = nn.Conv2d(channels, channels, 3, 2, padding=1)
         self.conv2d3 = nn.Conv2d(channels, channels, 3, 2, padding=1)
         self.conv_out = nn.Linear(channels * tokens_after_convs(cfg["num_mel_bins"]), width, bias=False)
+        # Every chunk is padded to 2 * n_window frames, so its positions are always these.
+        self.register_buffer("positions", sinusoid_table(tokens_after_convs(2 * self.n_window), width),
+                             persistent=False)
         self.layers = nn.ModuleList(_EncoderLayer(width, cfg["encoder_attention_heads"], cfg["encoder_ffn_dim"])
                                     for _ in range(cfg["encoder_layers"]))
         self.ln_post = nn.LayerNorm(width)
@@ -204,7 +198,7 @@ class AudioEncoder(nn.Module):
         x = F.gelu(self.conv2d3(F.gelu(self.conv2d2(F.gelu(self.conv2d1(x))))))
         chunks, channels, bins, steps = x.shape
         x = self.conv_out(x.permute(0, 3, 1, 2).reshape(chunks, steps, channels * bins))
-        x = x + sinusoids(steps, x.shape[-1]).to(x.dtype)
+        x = x + self.positions.to(x.dtype)
         kept = [tokens_after_convs(chunk)] * (count - 1) + [tokens_after_convs(frames - (count - 1) * chunk)]
         tokens = torch.cat([x[i, :n] for i, n in enumerate(kept)])
         window = max(kept) * self.windows_per_attention
@@ -280,7 +274,7 @@ def repair_times(times: list[float]) -> list[int]:
     return [int(t) for t in out]
 
 
-class Qwen3ForcedAligner:
+class Qwen3ForcedAligner(WindowAligner):
     """`align_window(audio16k, words)` -> (start, end) in seconds for each of the words it
     holds (as WhisperAligner's), from one pass of the network."""
 
@@ -309,16 +303,6 @@ class Qwen3ForcedAligner:
         network = ForcedAlignerNetwork(self.config)
         load_strict(network, thinker, f"{self.root}: the aligner (thinker.*)")
         self.network = network.to(dtype).eval()
-
-    @property
-    def languages(self) -> tuple[str, ...]:
-        return self.config.languages
-
-    def align(self, audio: np.ndarray, sample_rate: int, text: str) -> list:
-        """The text's words (WordTiming) with their times in `audio`, window by window."""
-        from .stream import StreamAlignment
-
-        return StreamAlignment(self, text, sample_rate).add(audio, final=True)
 
     def input_ids(self, words: list[str], audio_tokens: int) -> list[int]:
         text = (AUDIO_START + AUDIO_PAD * audio_tokens + AUDIO_END

@@ -5,8 +5,6 @@ tritontts.alignment.qwen3_forced_aligner.Qwen3ForcedAligner. A window's words th
 well inside it are kept, and the next window starts where the last kept word ends."""
 from __future__ import annotations
 
-from typing import Protocol
-
 import numpy as np
 
 from .words import WordTiming, split_words
@@ -16,11 +14,20 @@ MEL_HOP = 160                   # the shortest audio worth aligning: one 10 ms m
 KEEP_MARGIN_SECONDS = 1.0       # a window's words are kept if they end this far before its end
 
 
-class Aligner(Protocol):
-    window_seconds: float
-    languages: tuple[str, ...]
+class WindowAligner:
+    """What an aligner provides (`window_seconds`, `align_window`) and what it gets here:
+    `align(audio, sample_rate, text)`, the text's words with their times in `audio`, window by
+    window as a stream's would be placed."""
 
-    def align_window(self, window: np.ndarray, words: list[str]) -> list[tuple[float, float]]: ...
+    window_seconds: float
+
+    def align_window(self, window: np.ndarray, words: list[str]) -> list[tuple[float, float]]:
+        """(start, end) in seconds from the window's start for as many of `words` as one pass
+        holds, in order."""
+        raise NotImplementedError
+
+    def align(self, audio: np.ndarray, sample_rate: int, text: str) -> list[WordTiming]:
+        return StreamAlignment(self, text, sample_rate).add(audio, final=True)
 
 
 class StreamAlignment:
@@ -30,7 +37,7 @@ class StreamAlignment:
     KEEP_MARGIN_SECONDS before the audio heard so far does (its successors may still be
     unspoken), and at the end every word left is placed."""
 
-    def __init__(self, aligner: Aligner, text: str, sample_rate: int, every_seconds: float = 4.0):
+    def __init__(self, aligner: WindowAligner, text: str, sample_rate: int, every_seconds: float = 4.0):
         import soxr
 
         self.aligner, self.words, self.placed = aligner, split_words(text), 0

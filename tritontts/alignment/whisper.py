@@ -16,8 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .languages import WHISPER_LANGUAGES
-from .words import WordTiming
+from .stream import WindowAligner
 
 SAMPLE_RATE = 16000             # Whisper's input rate
 WINDOW_SECONDS = 30             # one encoder pass
@@ -28,12 +27,10 @@ MAX_TEXT_TOKENS = 400           # of the decoder's 448 positions, with the start
 VOICED_DB = -40.0               # a 10 ms frame is voiced above this, relative to the loudest frame
 
 
-class WhisperAligner:
-    """`align(audio, sample_rate, text)` -> the text's words with their times in `audio`;
-    `align_window(window, words)` for the stream logic (tritontts.alignment.stream)."""
+class WhisperAligner(WindowAligner):
+    """`align_window(window, words)`: Whisper's placement of words in one window."""
 
     window_seconds = WINDOW_SECONDS
-    languages = WHISPER_LANGUAGES
 
     def __init__(self, model_dir: str | Path, threads: int = 1):
         from faster_whisper import WhisperModel
@@ -47,11 +44,6 @@ class WhisperAligner:
 
     def word_tokens(self, word: str) -> list[int]:
         return self.tokenizer.encode(" " + word)
-
-    def align(self, audio: np.ndarray, sample_rate: int, text: str) -> list[WordTiming]:
-        from .stream import StreamAlignment
-
-        return StreamAlignment(self, text, sample_rate).add(audio, final=True)
 
     def align_window(self, window: np.ndarray, words: list[str]) -> list[tuple[float, float]]:
         """(start, end) in seconds from the window's start for as many of `words` as the

@@ -2,8 +2,9 @@
 --word-aligner. Each chunk's audio passes through unchanged; for a request that asked for
 word_timestamps (its words_request carries the text), the chunk also carries the words
 placed with it (tritontts.alignment.stream.StreamAlignment, one per stream, keyed by
-stream_id; the aligner is Whisper or Qwen3-ForcedAligner, as --word-aligner's folder holds), in ms from the request's first sample. Requests that did not ask pass through
-with "[]" and cost no alignment.
+stream_id; the aligner is Whisper or Qwen3-ForcedAligner, as --word-aligner's folder
+holds), in ms from the request's first sample. Requests that did not ask pass through with
+"[]" and cost no alignment.
 
 One instance, no dynamic batching: Triton hands it each stream's chunks in the order the
 family's last stage sent them, which StreamAlignment needs."""

@@ -32,8 +32,6 @@ torch only; no Triton, no transformers at run time.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -41,6 +39,7 @@ from torch import nn
 
 from ...weights.checkpoint import CheckpointError, load_strict
 from ...nn.mel import whisper_log_mel
+from ...nn.sinusoids import sinusoid_table
 
 SAMPLE_RATE = 16000
 HOP_LENGTH = 160
@@ -99,17 +98,6 @@ def audio_features(audio16k: np.ndarray) -> torch.Tensor:
     padded[:audio.size] = audio
     mel = whisper_log_mel(padded, n_mels=N_MELS, n_fft=N_FFT, hop_length=HOP_LENGTH)
     return torch.from_numpy(np.ascontiguousarray(mel[:, :feature_frame_count(audio.size)]))
-
-
-def sinusoid_table(length: int, channels: int, max_timescale: float = 10000.0) -> torch.Tensor:
-    """[length, channels]: sin in the first half, cos in the second, timescales geometric from
-    1 to max_timescale. Built in float32 on purpose: that is how Qwen's code builds the table
-    the model was trained with, and at position ~100 a float64 table differs by ~1e-5."""
-    half = channels // 2
-    step = math.log(max_timescale) / (half - 1)
-    inv_timescales = torch.exp(-step * torch.arange(half, dtype=torch.float32))
-    angles = torch.arange(length, dtype=torch.float32)[:, None] * inv_timescales[None, :]
-    return torch.cat([angles.sin(), angles.cos()], dim=1)
 
 
 class _SelfAttention(nn.Module):
