@@ -61,3 +61,46 @@ def test_progress_counts_cpu_beyond_idling_and_state_changes():
     assert progress.mark == 20.0
     progress.moved(now=130.0)                   # a model changed state
     assert progress.mark == 130.0
+
+
+def dead_unreaped(code: str, sig: int | None) -> subprocess.Popen:
+    """A child that ended (by `sig`, or by itself) and is not reaped yet: a zombie, as a dead
+    stage is under tritonserver."""
+    import os
+
+    child = subprocess.Popen([sys.executable, "-c", code])
+    if sig is not None:
+        time.sleep(0.2)
+        os.kill(child.pid, sig)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+            return child
+        time.sleep(0.05)
+    raise AssertionError("the child did not end")
+
+
+@pytest.mark.parametrize("sig, says", [
+    (9, "was killed by signal 9 (SIGKILL: the kernel's out-of-memory killer"),
+    (11, "was killed by signal 11 (SIGSEGV: its native stack is in the server log"),
+    (None, "exited with code 3"),
+])
+def test_a_dead_stage_is_named_with_how_it_died(sig, says):
+    from tritontts.deploy.tritonserver import describe_death
+
+    child = dead_unreaped("import sys; sys.exit(3)" if sig is None else "import time; time.sleep(30)", sig)
+    try:
+        said = describe_death(child.pid, "the stub of model piper_vits")
+        assert said.startswith(f"stage process {child.pid} (the stub of model piper_vits) {says}"), said
+    finally:
+        child.wait()
+    assert "its exit status is gone" in describe_death(child.pid, "x")     # reaped: no record left
+
+
+def test_a_stub_is_labelled_by_its_model_folder():
+    from tritontts.deploy.tritonserver import stage_label
+
+    stub = ["/x/backends/python/triton_python_backend_stub", "/tmp/repo/higgs_audio_v2_decoder/1/model.py",
+            "triton_tritontts_backend_shm_region_1", "1048576"]
+    assert stage_label(stub) == "the stub of model higgs_audio_v2_decoder"
+    assert stage_label(["python", "-m", "vllm.engine"]) == "python -m vllm.engine"

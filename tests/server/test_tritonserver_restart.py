@@ -107,3 +107,6 @@ def test_a_stage_that_dies_mid_stream_ends_the_stream_with_an_error_and_is_repla
     audio, rate = decode(again.content)
     assert again.status_code == 200 and rate == 22050 and rms(audio) > 0.02
     assert stage_stub(own_stack, "piper_vits") != stub
+    # The launcher's log names the stage that died and how (here: our SIGKILL).
+    assert (f"stage process {stub} (the stub of model piper_vits) was killed by signal 9 (SIGKILL"
+            in own_stack.log.read_text()), own_stack.tail()

@@ -125,6 +125,31 @@ READY_POLL_CHANNEL = [("grpc.initial_reconnect_backoff_ms", 250),
                       ("grpc.max_reconnect_backoff_ms", 500)]
 
 
+
+def stage_label(argv: list[str]) -> str:
+    """What a process of the server's group runs: a Python stub's model (its first argument
+    is <repository>/<model>/<version>/model.py), else its command line, shortened."""
+    if argv and argv[0].endswith("triton_python_backend_stub") and len(argv) > 1:
+        return f"the stub of model {Path(argv[1]).parents[1].name}"
+    return " ".join(argv)[:80] or "?"
+
+
+def describe_death(pid: int, label: str) -> str:
+    """`pid` (`label`) died, and how, from its zombie's /proc/<pid>/stat exit_code field
+    (waitpid's status; Linux 3.5+), when tritonserver has not reaped it yet."""
+    try:
+        status = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[49])
+    except (OSError, IndexError, ValueError):
+        return f"stage process {pid} ({label}) died (its exit status is gone)"
+    if status & 0x7F:
+        sig = status & 0x7F
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        why = (": the kernel's out-of-memory killer (see dmesg) or a kill" if sig == signal.SIGKILL
+               else ": its native stack is in the server log (faulthandler)" if sig in
+               (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL) else "")
+        return f"stage process {pid} ({label}) was killed by signal {sig} ({name}{why})"
+    return f"stage process {pid} ({label}) exited with code {status >> 8}"
+
 @dataclass
 class StartProgress:
     """Whether a start is moving: the last moment a model changed state or the server's
@@ -242,7 +267,7 @@ class TritonServer:
         """CPU time used so far by the server and its process group (stubs, engine cores)."""
         if self.process is None:
             return 0.0
-        pids = {self.process.pid} | self._group()
+        pids = {self.process.pid} | set(self._group())
         tick = os.sysconf("SC_CLK_TCK")
         total = 0.0
         for pid in pids:
@@ -275,14 +300,15 @@ class TritonServer:
             stages = self._group()     # its stage processes (stubs, engine cores) once ready
             while not self._stopping:
                 code = self.process.poll()
-                lost = stages - self._group() if code is None else set()
+                lost = set(stages) - set(self._group()) if code is None else set()
                 if code is None and not lost:
                     time.sleep(poll_s)
                     continue
                 if code is None:
                     # A stage process that dies takes its in-flight requests with it and
                     # leaves its model unusable (Triton never answers them): restart all.
-                    logger.error("stage processes %s of tritonserver died; restarting it", sorted(lost))
+                    logger.error("%s; restarting tritonserver",
+                                 "; ".join(describe_death(pid, stages[pid]) for pid in sorted(lost)))
                 else:
                     logger.error("tritonserver exited with code %s; restarting it in %.0f s", code, backoff)
                 self._kill_group()
@@ -302,19 +328,22 @@ class TritonServer:
         self._supervisor = threading.Thread(target=watch, name="tritonserver-supervisor", daemon=True)
         self._supervisor.start()
 
-    def _group(self) -> set[int]:
-        """The live processes of the server's process group but the server itself (a stage
-        that died stays a zombie until tritonserver reaps it, which it does not)."""
+    def _group(self) -> dict[int, str]:
+        """The live processes of the server's process group but the server itself, each with
+        what it runs (stage_label); a stage that died stays a zombie until tritonserver
+        reaps it, which it does not."""
         out = subprocess.run(["pgrep", "-g", str(self.process.pid)], capture_output=True, text=True)
-        live = set()
+        live = {}
         for pid in out.stdout.split():
             try:
                 state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
             if state not in ("Z", "X"):
-                live.add(int(pid))
-        return live - {self.process.pid}
+                live[int(pid)] = stage_label([a.decode(errors="replace") for a in argv if a])
+        live.pop(self.process.pid, None)
+        return live
 
     def _kill_group(self) -> None:
         try:
