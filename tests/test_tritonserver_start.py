@@ -51,6 +51,26 @@ def test_a_start_whose_server_exits_fails_with_its_exit_code():
         server.wait_ready(stall_s=30.0)
 
 
+def test_cpu_seconds_keep_the_work_of_a_process_that_ended():
+    """A process of the server's group that worked and ended (reaped, gone from /proc) keeps
+    its count: the total never falls, so a start that worked never looks idle (before, the
+    stall detector printed negative CPU-seconds after stage processes died)."""
+    child = "import time; end = time.process_time() + 1.5\nwhile time.process_time() < end: pass"
+    server = server_running(f"import subprocess, sys, time; time.sleep(0.3); "
+                            f"subprocess.run([sys.executable, '-c', {child!r}]); time.sleep(60)")
+    try:
+        readings, deadline = [], time.monotonic() + 20
+        while time.monotonic() < deadline:
+            readings.append(server.cpu_seconds())
+            if len(server._group()) == 0 and readings[-1] > 1.0:
+                break           # the child worked, ended and was reaped
+            time.sleep(0.1)
+        assert readings == sorted(readings), readings
+        assert readings[-1] >= 1.4 and not server._group(), readings
+    finally:
+        stop(server)
+
+
 def test_progress_counts_cpu_beyond_idling_and_state_changes():
     progress = StartProgress(cpu_at_mark=10.0, mark=0.0)
     progress.cpu(10.5, now=5.0)                 # half a CPU-second: idling

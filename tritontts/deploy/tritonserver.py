@@ -185,6 +185,7 @@ class TritonServer:
     cancel_dir: Path | None = None          # the stages' cancellation marks (a temp folder)
     _stopping: bool = field(default=False, repr=False)
     _supervisor: threading.Thread | None = field(default=None, repr=False)
+    _cpu_seen: dict = field(default_factory=dict, repr=False)   # (pid, start time) -> CPU-seconds
 
     def command(self) -> list[str]:
         cmd = [*base_command(), "--model-control-mode=explicit",
@@ -264,19 +265,22 @@ class TritonServer:
                            + (f"; see {self.log_path}" if self.log_path else ""))
 
     def cpu_seconds(self) -> float:
-        """CPU time used so far by the server and its process group (stubs, engine cores)."""
+        """CPU time used so far by the server and its process group (stubs, engine cores),
+        never less than before: a process that ended keeps the count it had when last seen
+        (a stage that dies mid-start, or a helper process an export runs, takes its CPU time
+        with it from /proc, which made a start that had worked look idle)."""
         if self.process is None:
             return 0.0
         pids = {self.process.pid} | set(self._group())
         tick = os.sysconf("SC_CLK_TCK")
-        total = 0.0
         for pid in pids:
             try:
                 fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
             except OSError:
                 continue
-            total += (int(fields[11]) + int(fields[12])) / tick     # utime, stime
-        return total
+            # (pid, start time): a pid the kernel hands out again is another process.
+            self._cpu_seen[(pid, fields[19])] = (int(fields[11]) + int(fields[12])) / tick   # utime, stime
+        return sum(self._cpu_seen.values())
 
     @staticmethod
     def _report_states(client, states: dict[str, str], report: Callable[[str], None],
