@@ -208,12 +208,18 @@ def test_client_disconnect_stops_the_server_work_within_seconds(server_side, ser
     with httpx.stream("POST", served.url + "/v1/audio/speech", json=body, timeout=300) as r:
         assert r.status_code == 200
         next(r.iter_bytes())
-    time.sleep(3)       # the cancellation reaches the stages; chunks in flight finish
-    before = served.server_cpu_seconds()
-    time.sleep(3)
-    busy = (served.server_cpu_seconds() - before) / 3
-    print(f"server CPU after the disconnect: {busy:.2f} cores")
-    assert busy < 0.3, f"the server still works for a client that left: {busy:.2f} cores"
+    # The cancellation reaches the stages and the chunks in flight finish: within 8 s the
+    # server's CPU over two seconds falls under 0.3 cores (a request run to its token limit
+    # keeps it at a core or more for far longer).
+    gone, deadline = time.monotonic(), time.monotonic() + 8
+    while True:
+        before = served.server_cpu_seconds()
+        time.sleep(2)
+        busy = (served.server_cpu_seconds() - before) / 2
+        if busy < 0.3 or time.monotonic() >= deadline:
+            break
+    print(f"server CPU {time.monotonic() - gone:.1f} s after the disconnect: {busy:.2f} cores")
+    assert busy < 0.3, f"the server still works for a client that left: {busy:.2f} cores after 8 s"
 
 
 def test_voices_the_family_lists_are_served(served, family, example):
@@ -295,12 +301,10 @@ def test_perf_analyzer_streams_from_the_ensemble(server_side, served, family, ex
                # Concurrency 2 only: two streams at once through the ensemble is
                # the claim; a concurrency-1 level added ~6 s per family.
                "--streaming", "--input-data", str(data), "--concurrency-range", "2:2",
-               # Count windows and a stability bound it always meets (max/min of
-               # the last 3 windows within 11x): this checks that perf_analyzer
-               # drives the ensemble, not this noisy CPU's stability (a talker
-               # family's request takes seconds here; 100% failed once under load).
-               "--measurement-mode", "count_windows", "--measurement-request-count", "3",
-               "--stability-percentage", "1000", "--max-trials", "6"]
+               # Four requests in all, one measurement: this checks that perf_analyzer
+               # drives the ensemble, not this noisy CPU's stability (windows until stable
+               # took 3x the requests; 100% failed once under load).
+               "--request-count", "4"]
     try:
         out = subprocess.run(command, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired as exc:
@@ -310,10 +314,12 @@ def test_perf_analyzer_streams_from_the_ensemble(server_side, served, family, ex
     print(out.stdout[-2000:])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "Concurrency: 2, throughput:" in out.stdout
+    assert "Request count: 4" in out.stdout and "Successful request count: 4" in out.stdout, out.stdout[-3000:]
 
 
-# 20 seeds per case in CI (the suite's time budget); TRITONTTS_SEED_SWEEP=N sweeps N.
-SWEEP_SEEDS = range(100, 100 + int(os.environ.get("TRITONTTS_SEED_SWEEP", "20")))
+# 8 seeds per case in CI (the suite's time budget: the stream edges a seed may meet are forced
+# deterministically below, test_streams_forced_to_end_...); TRITONTTS_SEED_SWEEP=N sweeps N.
+SWEEP_SEEDS = range(100, 100 + int(os.environ.get("TRITONTTS_SEED_SWEEP", "8")))
 
 
 def test_swept_seeds_each_give_audio_or_a_400_that_says_why_never_a_server_error(served, family, example):
@@ -516,3 +522,14 @@ def test_every_vllm_stage_holds_the_full_length_requests_its_kv_cache_was_sized_
         held = re.findall(rf"{stage}: the KV cache holds ([\d.]+) requests", log)
         assert sized and int(sized[-1][0]) == TINY_KV_REQUESTS, (stage, sized)
         assert held and float(held[-1]) >= TINY_KV_REQUESTS - 0.01, (stage, held)
+
+
+def test_every_vllm_stage_runs_its_engine_in_the_stage_process(served, family):
+    """Talkers step vLLM's engine core in their own stage process (tritontts.engine.vllm_talker):
+    no engine-core process of vLLM's in the server's process group (AsyncLLM's, spawned on a
+    CPU with a worker of its own, took twice as long to start)."""
+    out = subprocess.run(["pgrep", "-g", str(served.tritonserver_pid()), "-a"], capture_output=True, text=True)
+    assert out.stdout.strip(), "the server's process group is empty"
+    # vLLM names its own processes VLLM::EngineCore, VLLM::Worker... (setproctitle).
+    engine_cores = [line for line in out.stdout.splitlines() if "VLLM::" in line]
+    assert not engine_cores, engine_cores

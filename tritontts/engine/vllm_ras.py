@@ -1,7 +1,7 @@
 """Repetition-aware sampling (tritontts.nn.ras) as a vLLM (v1) logits processor.
 
-A module-level class, named to vLLM as RAS_LOGITS_PROCESSOR, so the engine core process
-can import it. Requests opt in through SamplingParams.extra_args (tritontts.nn.ras.ras_extra_args).
+A module-level class, named to vLLM as RAS_LOGITS_PROCESSOR, so vLLM can import it by
+name. Requests opt in through SamplingParams.extra_args (tritontts.nn.ras.ras_extra_args).
 """
 from __future__ import annotations
 

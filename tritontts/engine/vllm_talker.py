@@ -1,19 +1,23 @@
-"""The engine host every talker shares: vLLM's AsyncLLM on the stage's own asyncio loop
-(Triton's vllm_backend shape). A talker folder is config.pbtxt + 1/model.json:
+"""The engine host every talker shares: vLLM's engine core in the stage's own process,
+stepped by a thread of its own (InprocEngine), behind an async interface on the stage's
+asyncio loop (Triton's vllm_backend shape). A talker folder is config.pbtxt + 1/model.json:
 
-  {"engine_args": {...},   vLLM AsyncEngineArgs, as-is (the only place they are set)
+  {"engine_args": {...},   vLLM EngineArgs, as-is (the only place they are set)
    ...}                    the family's own talker settings (e.g. CosyVoice3's "hops")
 
 A family's talker subclasses VllmTalkerStage: it names the model folder vLLM loads
 (`model_path`), adds what the engine needs beyond model.json (`engine_extras`, e.g. logits
-processors) and implements `run` with `generate`.
+processors) and implements `run` with `generate`. A talker whose model shares per-request
+state with the stage (tritontts.engine.vllm_frames: per-frame sub-models) sets
+`shares_rows = True`, which adds the RowTracker that maps batch rows to requests.
 
-Two engine hosts, one interface (generate, abort, shutdown):
-  AsyncLLM       the engine core in a process of its own (talkers with one token stream)
-  InprocEngine   the engine core in this process, stepped by a thread of its own: talkers
-                 whose model shares per-request state with the stage (tritontts.engine.vllm_frames)
-                 set `in_process = True`. AsyncLLM cannot host its core in-process ("Running
-                 EngineCore in asyncio without multiprocessing is not currently supported").
+Why in this process, not AsyncLLM's engine-core process: a model that shares state with
+the stage needs it here (AsyncLLM cannot host its core in-process: "Running EngineCore in
+asyncio without multiprocessing is not currently supported"), and on a CPU the core's own
+process is spawned and imports vLLM again, then spawns a worker process that does the same
+(vLLM forces both on CPU) and reserves a core for the scheduler: CosyVoice3's tiny talker
+loaded in 28-44 s instead of 57-72 s, and served 1.20-1.24x the audio-seconds per second at
+concurrency 1 (docs/benchmarks.md, "The talker's engine host").
 """
 from __future__ import annotations
 
@@ -87,7 +91,7 @@ def parse_engine_arg(text: str) -> tuple[str, str, Any]:
 
 
 class VllmTalkerStage(EngineStage):
-    in_process = False
+    shares_rows = False     # the model keeps per-request state with this stage (vllm_frames)
 
     def __init__(self, context: StageContext):
         super().__init__(context)
@@ -119,10 +123,7 @@ class VllmTalkerStage(EngineStage):
             logger.info("%s: %s within gpu_memory_utilization %s", context.name, self.kv_budget.describe(),
                         args["gpu_memory_utilization"])
         pin_engine_gpu(context.device)
-        if self.in_process:
-            self.engine = InprocEngine(self.model_path(), args, self.loop)
-        else:
-            self.engine = self.submit(self._create(self.model_path(), args)).result()
+        self.engine = InprocEngine(self.model_path(), args, self.loop)
         self.kv_capacity = self._report_capacity(context.name)
 
     def _dtype(self, context: StageContext, given: str, config: dict) -> str:
@@ -155,19 +156,13 @@ class VllmTalkerStage(EngineStage):
         raise NotImplementedError
 
     def engine_extras(self) -> dict[str, Any]:
-        """Beyond model.json. An in-process talker's model keeps per-request state
-        (tritontts.engine.vllm_frames): it needs the RowTracker, and takes token ids, not text."""
-        if self.in_process:
+        """Beyond model.json. A model that keeps per-request state with the stage
+        (tritontts.engine.vllm_frames) needs the RowTracker, and takes token ids, not text."""
+        if self.shares_rows:
             from .vllm_frames import ROW_TRACKER
 
             return {"skip_tokenizer_init": True, "logits_processors": [ROW_TRACKER]}
         return {}
-
-    async def _create(self, model: str, args: dict[str, Any]):
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
-
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **args))
 
     async def generate(self, prompt_ids: list[int], sampling_params, request_id: str,
                        cancelled: Callable[[], bool] = lambda: False) -> AsyncIterator[list[int]]:
@@ -196,10 +191,10 @@ class VllmTalkerStage(EngineStage):
 
 
 def pin_engine_gpu(device: str) -> None:
-    """Put the engine on the instance's GPU: vLLM takes the first visible GPU (in its own
-    engine-core process too, which inherits the environment), so a KIND_GPU instance on
-    GPU N makes N the only one it sees. Must happen before anything in this stub process
-    starts CUDA, which stage construction guarantees (the engine is its first CUDA user)."""
+    """Put the engine on the instance's GPU: vLLM takes the first visible GPU, so a
+    KIND_GPU instance on GPU N makes N the only one it sees. Must happen before anything
+    in this stub process starts CUDA, which stage construction guarantees (the engine is
+    its first CUDA user)."""
     if not device.startswith("cuda"):
         return
     import torch
@@ -217,7 +212,7 @@ def pin_engine_gpu(device: str) -> None:
 class InprocEngine:
     """vLLM's LLMEngine with its engine core in this process, driven by one thread: requests
     and aborts reach it through a queue, outputs go back to each request's asyncio queue on
-    the stage's loop. The same async surface as AsyncLLM (generate, abort, shutdown)."""
+    the stage's loop. AsyncLLM's async surface (generate, abort, shutdown)."""
 
     def __init__(self, model: str, args: dict[str, Any], loop: asyncio.AbstractEventLoop):
         # Read by vLLM when the engine is built: the core must be an InprocClient.
@@ -355,7 +350,7 @@ class FrameChunkTalkerStage(VllmTalkerStage):
     window of frames sends (`window_codes`); `positioned` also sends the window's first
     frame (a codec whose positions are absolute)."""
 
-    in_process = True
+    shares_rows = True
     positioned = False
 
     def __init__(self, context: StageContext, default_left_context: int | None = None):

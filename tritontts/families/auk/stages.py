@@ -150,7 +150,7 @@ class AuKEncoderStage(VllmTalkerStage):
     """The thinker's prefill on vLLM (tritontts/families/auk/vllm_model.py): one response per request,
     the fused condition, with what the DiT needs forwarded."""
 
-    in_process = True
+    shares_rows = True
 
     def __init__(self, context: StageContext, checkpoint: AuKCheckpoint | None = None):
         from .prompt import IM_END, PromptBuilder

@@ -141,7 +141,7 @@ class HiggsAudioV2TalkerStage(VllmTalkerStage):
     """Steps from the vLLM talker, sent as chunks of audio frames (delay undone) with up to
     context_frames frames of context on each side for the codec."""
 
-    in_process = True   # the model and this stage share the request's AudioStream
+    shares_rows = True   # the model and this stage share the request's AudioStream
 
     def __init__(self, context: StageContext, checkpoint: HiggsAudioV2Checkpoint | None = None):
         from .vllm_model import prepare_vllm_talker, register

@@ -238,7 +238,7 @@ class Qwen3TTSTalkerStage(VllmTalkerStage):
     """Frames from the vLLM talker, sent as chunks of codes with the left context the codec
     stage needs to decode them exactly (reference codes first, when cloning in context)."""
 
-    in_process = True   # the model and this stage share FrameStreams
+    shares_rows = True   # the model and this stage share FrameStreams
 
     def __init__(self, context: StageContext, checkpoint: Qwen3TTSCheckpoint | None = None):
         from .vllm_model import prepare_vllm_talker, register

@@ -143,7 +143,7 @@ class VoxCPM2TalkerStage(VllmTalkerStage):
     stage needs to decode them exactly (the continuation prompt's last patches first, as
     upstream decodes them)."""
 
-    in_process = True   # the model and this stage share PatchStreams
+    shares_rows = True   # the model and this stage share PatchStreams
 
     def __init__(self, context: StageContext, checkpoint: VoxCPM2Checkpoint | None = None):
         from .vllm_model import prepare_vllm_talker, register
