@@ -30,45 +30,60 @@ def speak(http, **body):
                                                "response_format": "pcm", **REF, **body})
 
 
-def in_process_chunks(checkpoint_dir: Path, text: str, params: dict) -> list[np.ndarray]:
-    """The four stages in this process, each chunk handed on as the ensemble does."""
-    from tritontts.families.glm_tts.checkpoint import open_checkpoint
-    from tritontts.families.glm_tts.stages import (
-        GLMTTSFlowStage, GLMTTSPromptStage, GLMTTSTalkerStage, GLMTTSVocoderStage)
-    from tritontts.serving.stage import Inputs, StageContext
+class InProcessStages:
+    """The four stages in this process, built once for the module (its own vLLM engine is
+    the expensive part); `chunks` hands each chunk on as the ensemble does."""
 
-    ckpt = open_checkpoint(checkpoint_dir)
-    context = lambda name: StageContext(name=name, model_dir=Path("model_repository") / name)  # noqa: E731
-    prompt = GLMTTSPromptStage(context("glm_tts_prompt"), ckpt).run(Inputs(
-        text=np.array([text.encode()]), voice=np.array([b""]), params=np.array([json.dumps(params).encode()])))
-    given = Inputs({k: np.atleast_1d(np.asarray(v)) for k, v in prompt.items()})
-    given["prompt_mel"] = np.asarray(prompt["prompt_mel"])
-    talker = GLMTTSTalkerStage(context("glm_tts_talker"), ckpt)
-    try:
+    def __init__(self, checkpoint_dir: Path):
+        from tritontts.families.glm_tts.checkpoint import open_checkpoint
+        from tritontts.families.glm_tts.stages import (
+            GLMTTSFlowStage, GLMTTSPromptStage, GLMTTSTalkerStage, GLMTTSVocoderStage)
+        from tritontts.serving.stage import StageContext
+
+        ckpt = open_checkpoint(checkpoint_dir)
+        context = lambda name: StageContext(name=name, model_dir=Path("model_repository") / name)  # noqa: E731
+        self.prompt = GLMTTSPromptStage(context("glm_tts_prompt"), ckpt)
+        self.talker = GLMTTSTalkerStage(context("glm_tts_talker"), ckpt)
+        self.flow = GLMTTSFlowStage(context("glm_tts_flow"), ckpt)
+        self.vocoder = GLMTTSVocoderStage(context("glm_tts_vocoder"), ckpt)
+
+    def chunks(self, text: str, params: dict) -> list[np.ndarray]:
+        from tritontts.serving.stage import Inputs
+
+        prompt = self.prompt.run(Inputs(text=np.array([text.encode()]), voice=np.array([b""]),
+                                        params=np.array([json.dumps(params).encode()])))
+        given = Inputs({k: np.atleast_1d(np.asarray(v)) for k, v in prompt.items()})
+        given["prompt_mel"] = np.asarray(prompt["prompt_mel"])
+
         async def talk():
-            return [chunk async for chunk in talker.run(given)]
-        chunks = talker.submit(talk()).result()
-    finally:
-        talker.close()
-    flow = GLMTTSFlowStage(context("glm_tts_flow"), ckpt)
-    vocoder = GLMTTSVocoderStage(context("glm_tts_vocoder"), ckpt)
-    audio = []
-    for chunk in chunks:
-        step = Inputs({k: np.atleast_1d(np.asarray(v)) for k, v in chunk.items()})
-        for name in ("prompt_tokens", "prompt_mel", "embedding", "seed", "stream_id"):
-            step[name] = given[name]
-        mel = flow.run(step)
-        audio.append(vocoder.run(Inputs(mel=mel["mel"], frames=np.array([mel["frames"]]),
-                                        **{k: step[k] for k in ("chunk_in_segment", "look_ahead",
-                                                                "segment_end", "stream_id")}))["audio"])
-    return audio
+            return [chunk async for chunk in self.talker.run(given)]
+        audio = []
+        for chunk in self.talker.submit(talk()).result():
+            step = Inputs({k: np.atleast_1d(np.asarray(v)) for k, v in chunk.items()})
+            for name in ("prompt_tokens", "prompt_mel", "embedding", "seed", "stream_id"):
+                step[name] = given[name]
+            mel = self.flow.run(step)
+            audio.append(self.vocoder.run(Inputs(mel=mel["mel"], frames=np.array([mel["frames"]]),
+                                                 **{k: step[k] for k in ("chunk_in_segment", "look_ahead",
+                                                                         "segment_end", "stream_id")}))["audio"])
+        return audio
+
+    def close(self) -> None:
+        self.talker.close()
 
 
-def test_a_seeded_stream_equals_the_stages_run_in_process_chunk_by_chunk(stack, random_checkpoints):
+@pytest.fixture(scope="module")
+def in_process(random_checkpoints):
+    stages = InProcessStages(random_checkpoints["glm_tts"])
+    yield stages
+    stages.close()
+
+
+def test_a_seeded_stream_equals_the_stages_run_in_process_chunk_by_chunk(stack, in_process):
     params = {"seed": 11, **REF}
     chunks, error = stream_model(stack.grpc_url, "glm_tts", TEXT, params=params, timeout=300)
     assert error is None, error
-    want = in_process_chunks(random_checkpoints["glm_tts"], TEXT, params)
+    want = in_process.chunks(TEXT, params)
     got = [c.as_numpy("audio").reshape(-1) for c in chunks]
     assert {int(c.as_numpy("sample_rate").reshape(-1)[0]) for c in chunks} == {24000}
     print(f"served chunks (samples): {[g.size for g in got]}")
@@ -85,7 +100,7 @@ def test_a_seeded_stream_equals_the_stages_run_in_process_chunk_by_chunk(stack, 
     assert rms(whole_got) > 1e-3 and diff <= 1e-4 * max(peak, 1e-6)
 
 
-def test_non_streaming_mode_is_the_whole_utterance_synthesis_per_segment(stack, http, random_checkpoints):
+def test_non_streaming_mode_is_the_whole_utterance_synthesis_per_segment(stack, http, in_process):
     """non_streaming_mode true (vLLM-Omni's --no-async-chunk): each segment's tokens all at
     once, one full-attention flow run (its mel equals vLLM-Omni's sampler with full attention:
     test_glm_tts_flow.py::test_whole_utterance_mel_matches_vllm_omni_sampler) and one vocoder
@@ -95,7 +110,7 @@ def test_non_streaming_mode_is_the_whole_utterance_synthesis_per_segment(stack, 
     chunks, error = stream_model(stack.grpc_url, "glm_tts", TEXT, params=params, timeout=300)
     assert error is None, error
     got = [c.as_numpy("audio").reshape(-1) for c in chunks]
-    want = [w for w in in_process_chunks(random_checkpoints["glm_tts"], TEXT, params) if w.size]
+    want = [w for w in in_process.chunks(TEXT, params) if w.size]
     assert len(got) == 2 and [g.size for g in got] == [w.size for w in want]     # two segments
     whole_got, whole_want = np.concatenate(got), np.concatenate(want)
     diff = float(np.abs(whole_got - whole_want).max())
