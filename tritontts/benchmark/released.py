@@ -55,7 +55,7 @@ def pss_bytes(pids) -> int:
 
 
 def stack_pids(stack) -> set[int]:
-    """The launcher and every process of its tritonserver's session (stubs, engine cores)."""
+    """The launcher and every process of its tritonserver's session (the stage stubs)."""
     pids = {stack.proc.pid} if stack.proc else set()
     try:
         session = os.getsid(stack.tritonserver_pid())

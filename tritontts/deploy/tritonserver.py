@@ -265,7 +265,7 @@ class TritonServer:
                            + (f"; see {self.log_path}" if self.log_path else ""))
 
     def cpu_seconds(self) -> float:
-        """CPU time used so far by the server and its process group (stubs, engine cores),
+        """CPU time used so far by the server and its process group (the stage stubs),
         never less than before: a process that ended keeps the count it had when last seen
         (a stage that dies mid-start, or a helper process an export runs, takes its CPU time
         with it from /proc, which made a start that had worked look idle)."""
@@ -296,12 +296,12 @@ class TritonServer:
 
     def supervise(self, poll_s: float = 0.5, max_backoff_s: float = 30.0) -> None:
         """Bring the server back whenever it exits without stop() (killed, crashed): what
-        its process group left (Python stubs, vLLM engine cores: still running, holding
-        cores and memory) is killed first, then it starts again on the same ports with the
+        its process group left (Python stubs, a talker's with its vLLM engine: still
+        running, holding cores and memory) is killed first, then it starts again on the same ports with the
         same models. Clients get 503 meanwhile and need no reconnect: gRPC channels do."""
         def watch():
             backoff = 1.0
-            stages = self._group()     # its stage processes (stubs, engine cores) once ready
+            stages = self._group()     # its stage processes (stubs) once ready
             while not self._stopping:
                 code = self.process.poll()
                 lost = set(stages) - set(self._group()) if code is None else set()
@@ -368,8 +368,8 @@ class TritonServer:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 pass
-        # Whatever the server left in its process group (a stub, vLLM's engine-core process
-        # holding its KV cache) goes too: nothing may outlive the server.
+        # Whatever the server left in its process group (a stub, a talker's holding its vLLM
+        # KV cache) goes too: nothing may outlive the server.
         self._kill_group()
         if self.cancel_dir is not None:
             shutil.rmtree(self.cancel_dir, ignore_errors=True)

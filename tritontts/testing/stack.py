@@ -259,7 +259,7 @@ class Stack:
 
     def server_cpu_seconds(self) -> float:
         """CPU time used so far by tritonserver and everything in its process group (the
-        stage stubs, vLLM engine cores)."""
+        stage stubs, each talker's with its vLLM engine)."""
         out = subprocess.run(["pgrep", "-g", str(self.tritonserver_pid())], capture_output=True, text=True)
         total = 0
         for pid in out.stdout.split():
