@@ -16,6 +16,12 @@ says which instead, with a function of the test's parameters:
 Modules that need the same stack share one live server: collection puts every test that
 needs a given stack (the same families and checkpoint options) next to each other, after
 the tests that need none, so each server starts once per run (pytest_collection_modifyitems).
+
+`bash scripts/test.sh` runs the suite in two pytest-xdist workers (`-n 2 --dist loadgroup`):
+each stack's tests are one group, and each module of tests that need no pooled stack is
+one, so a group runs whole on one worker, beside another worker's group. Each worker keeps
+its own pool (one live server at a time, stopped when its next test needs none) and draws
+ports from its own slice (set_port_slice). A plain `pytest` runs in one process, as before.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ import httpx
 import pytest
 
 from tritontts.families import FAMILIES
-from tritontts.testing.stack import StackPool
+from tritontts.testing.stack import StackPool, set_port_slice
 
 
 class RandomCheckpoints:
@@ -100,10 +106,15 @@ class _Pool(StackPool):
         return super().get(families)
 
 
+_live_pools: list[_Pool] = []      # this process's pool, while the session has one
+
+
 @pytest.fixture(scope="session")
 def stacks(tmp_path_factory, caches, random_checkpoints):
     pool = _Pool(tmp_path_factory, caches, random_checkpoints)
+    _live_pools.append(pool)
     yield pool
+    _live_pools.remove(pool)
     pool.close()
 
 
@@ -170,14 +181,43 @@ def order_modules(items: list, order: str) -> list:
     return [item for name in names for item in modules[name]]
 
 
+def pytest_configure(config):
+    worker = getattr(config, "workerinput", None)       # a pytest-xdist worker's
+    if worker is not None:
+        set_port_slice(int(worker["workerid"].removeprefix("gw")), int(worker["workercount"]))
+
+
+def xdist_group(item) -> str:
+    """The group a test runs in under `--dist loadgroup`: its stack's, or its module's."""
+    key = stack_key(item)
+    if key is None:
+        return item.module.__name__
+    families, options = key
+    return "stack:" + ",".join(families) + (f"{options}" if options else "")
+
+
+@pytest.hookimpl(tryfirst=True)     # before pytest-xdist reads the groups it adds
 def pytest_collection_modifyitems(session, config, items):
     """Modules in --module-order; then tests without a pooled stack first (in that order),
     then each stack's tests together, stacks in the order they are first needed, tests in
     that order within a stack. Starting a server is the suite's largest cost (up to two
     minutes for CosyVoice3 here), and file order alone would start each family's server
-    again for its own modules after the contract suite, and again for the load test."""
+    again for its own modules after the contract suite, and again for the load test. Each
+    test is marked with its xdist group (xdist_group), which pytest-xdist's loadgroup
+    scheduling keeps on one worker."""
     items[:] = order_modules(items, config.getoption("--module-order"))
     groups: dict[tuple | None, list] = {None: []}
     for item in items:
         groups.setdefault(stack_key(item), []).append(item)
     items[:] = [item for group in groups.values() for item in group]
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+
+
+@pytest.hookimpl(trylast=True)      # after the test's own fixtures are torn down
+def pytest_runtest_teardown(item, nextitem):
+    """Stop this process's pooled server once the next test needs none (or none is next):
+    a live server idling through other modules' tests would hold its GBs beside the servers
+    those tests start themselves, and beside the other worker's."""
+    if _live_pools and _live_pools[0].live is not None and (nextitem is None or stack_key(nextitem) is None):
+        _live_pools[0].close()

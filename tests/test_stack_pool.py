@@ -67,3 +67,40 @@ def test_after_a_failed_start_another_server_still_starts(pool):
     assert pool.get(("second",)) is live        # reused, not restarted
     pool.close()
     assert live.stopped
+
+
+def test_free_port_draws_only_from_this_process_slice():
+    try:
+        stack_module.set_port_slice(1, 2)
+        low = stack_module._ephemeral_low()
+        width = (low - 10000) // 2
+        ports = [stack_module.free_port() for _ in range(50)]
+        assert all(10000 + width <= p < 10000 + 2 * width for p in ports), ports
+        assert len(set(ports)) == 50        # never the same twice in one process
+        stack_module.set_port_slice(0, 2)
+        assert all(10000 <= stack_module.free_port() < 10000 + width for _ in range(50))
+    finally:
+        stack_module.set_port_slice(0, 1)
+    with pytest.raises(ValueError, match="port slice 2 of 2"):
+        stack_module.set_port_slice(2, 2)
+
+
+def test_every_collected_test_runs_in_its_stack_group_or_its_module_group(request):
+    """The suite's own collection (tests/conftest.py): under `--dist loadgroup` each pooled
+    server's tests must share one group, and no group may hold two servers' tests, or two
+    workers would start the same server (or one would switch servers back and forth)."""
+    from conftest import stack_key
+
+    stacks_of_group: dict[str, set] = {}
+    group_of_stack: dict[tuple, set] = {}
+    for item in request.session.items:
+        marks = list(item.iter_markers("xdist_group"))
+        assert len(marks) == 1, (item.nodeid, marks)
+        group, key = marks[0].args[0], stack_key(item)
+        stacks_of_group.setdefault(group, set()).add(key)
+        if key is not None:
+            group_of_stack.setdefault(key, set()).add(group)
+        else:
+            assert group == item.module.__name__, item.nodeid
+    assert all(len(keys) == 1 for keys in stacks_of_group.values()), stacks_of_group
+    assert all(len(groups) == 1 for groups in group_of_stack.values()), group_of_stack

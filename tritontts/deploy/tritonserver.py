@@ -169,6 +169,28 @@ class StartProgress:
         return used - self.cpu_at_mark
 
 
+class ProcessCpu:
+    """The CPU time a changing set of processes (a server and its process group) has used,
+    read from /proc, never less than before: a process that ended keeps the count it had
+    when last seen (a stage that dies mid-start, or a helper process an export runs, takes
+    its CPU time with it from /proc, which made a start that had worked look idle)."""
+
+    def __init__(self):
+        self.seen: dict[tuple[int, str], float] = {}     # (pid, start time) -> CPU-seconds
+
+    def read(self, pids) -> float:
+        """The total over every process seen so far, after reading `pids` afresh."""
+        tick = os.sysconf("SC_CLK_TCK")
+        for pid in pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue        # ended meanwhile: its last reading stays
+            # (pid, start time): a pid the kernel hands out again is another process.
+            self.seen[(pid, fields[19])] = (int(fields[11]) + int(fields[12])) / tick   # utime, stime
+        return sum(self.seen.values())
+
+
 @dataclass
 class TritonServer:
     """A tritonserver child process with explicit model control."""
@@ -185,7 +207,7 @@ class TritonServer:
     cancel_dir: Path | None = None          # the stages' cancellation marks (a temp folder)
     _stopping: bool = field(default=False, repr=False)
     _supervisor: threading.Thread | None = field(default=None, repr=False)
-    _cpu_seen: dict = field(default_factory=dict, repr=False)   # (pid, start time) -> CPU-seconds
+    _cpu: ProcessCpu = field(default_factory=ProcessCpu, repr=False)
 
     def command(self) -> list[str]:
         cmd = [*base_command(), "--model-control-mode=explicit",
@@ -266,21 +288,10 @@ class TritonServer:
 
     def cpu_seconds(self) -> float:
         """CPU time used so far by the server and its process group (the stage stubs),
-        never less than before: a process that ended keeps the count it had when last seen
-        (a stage that dies mid-start, or a helper process an export runs, takes its CPU time
-        with it from /proc, which made a start that had worked look idle)."""
+        never less than before (ProcessCpu)."""
         if self.process is None:
             return 0.0
-        pids = {self.process.pid} | set(self._group())
-        tick = os.sysconf("SC_CLK_TCK")
-        for pid in pids:
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-            except OSError:
-                continue
-            # (pid, start time): a pid the kernel hands out again is another process.
-            self._cpu_seen[(pid, fields[19])] = (int(fields[11]) + int(fields[12])) / tick   # utime, stime
-        return sum(self._cpu_seen.values())
+        return self._cpu.read({self.process.pid} | set(self._group()))
 
     @staticmethod
     def _report_states(client, states: dict[str, str], report: Callable[[str], None],

@@ -15,12 +15,25 @@ from typing import Callable
 
 import httpx
 
+from ..deploy.tritonserver import ProcessCpu
 from ..families import DEFAULT_FAMILY
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 _handed_out: set[int] = set()
+# The share of the ports below the ephemeral range this process draws from: (index, count).
+# Test processes run side by side (pytest-xdist workers, tests/conftest.py) each take their
+# own slice, so two of them never draw the same port between its check and a server's bind.
+_port_slice = (0, 1)
+
+
+def set_port_slice(index: int, count: int) -> None:
+    """Draw free_port()'s ports from slice `index` of `count` equal slices only."""
+    global _port_slice
+    if not 0 <= index < count:
+        raise ValueError(f"port slice {index} of {count}")
+    _port_slice = (index, count)
 
 
 def _ephemeral_low() -> int:
@@ -32,16 +45,20 @@ def _ephemeral_low() -> int:
 
 def free_port() -> int:
     """A TCP port nothing listens on, on any address (tritonserver binds 0.0.0.0), drawn
-    from below the kernel's ephemeral range and never the same twice in this process. A port
-    the kernel itself handed out (bind to port 0) sits inside that range, where any process's
-    next outgoing connection or port-0 bind can take it before the server binds it: a CI run
-    lost a stack start that way (a vLLM engine core of the stopping server, or of the new one,
-    took the gRPC port between the check and tritonserver's bind)."""
-    low = _ephemeral_low()
-    if low > 11000:
+    from below the kernel's ephemeral range (this process's slice of it, set_port_slice) and
+    never the same twice in this process. A port the kernel itself handed out (bind to port
+    0) sits inside that range, where any process's next outgoing connection or port-0 bind
+    can take it before the server binds it: a CI run lost a stack start that way (a vLLM
+    engine core of the stopping server, or of the new one, took the gRPC port between the
+    check and tritonserver's bind)."""
+    index, count = _port_slice
+    low_end = _ephemeral_low()
+    width = (low_end - 10000) // count
+    if width > 1000:
+        low = 10000 + index * width
         rng = random.Random()
         for _ in range(200):
-            port = rng.randrange(10000, low)
+            port = rng.randrange(low, low + width)
             if port in _handed_out:
                 continue
             with socket.socket() as s:
@@ -206,6 +223,7 @@ class Stack:
         self.terminated = False
         self.at_stop: set[int] = set()
         self.session: int | None = None
+        self._cpu = ProcessCpu()
 
     def take_ports(self) -> None:
         self.port, self.grpc_port = free_port(), free_port()
@@ -259,16 +277,11 @@ class Stack:
 
     def server_cpu_seconds(self) -> float:
         """CPU time used so far by tritonserver and everything in its process group (the
-        stage stubs, each talker's with its vLLM engine)."""
-        out = subprocess.run(["pgrep", "-g", str(self.tritonserver_pid())], capture_output=True, text=True)
-        total = 0
-        for pid in out.stdout.split():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue        # ended meanwhile
-            total += int(fields[11]) + int(fields[12])
-        return total / os.sysconf("SC_CLK_TCK")
+        stage stubs, each talker's with its vLLM engine), never less than before (the
+        launcher's own reader, ProcessCpu)."""
+        server = self.tritonserver_pid()
+        out = subprocess.run(["pgrep", "-g", str(server)], capture_output=True, text=True)
+        return self._cpu.read({server} | {int(pid) for pid in out.stdout.split()})
 
     def terminate(self) -> None:
         """Ask the launcher to stop (once: a second SIGTERM would cut its shutdown short),
