@@ -185,9 +185,29 @@ def pytest_configure(config):
     worker = getattr(config, "workerinput", None)       # a pytest-xdist worker's
     if worker is not None:
         set_port_slice(int(worker["workerid"].removeprefix("gw")), int(worker["workercount"]))
+    elif config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "loadgroup":
+        import tempfile
+
+        config.stash[GROUPS_FILE] = Path(tempfile.mkdtemp(prefix="tritontts-test-groups-")) / "groups.json"
 
 
-def xdist_group(item) -> str:
+def pytest_unconfigure(config):
+    groups = config.stash.get(GROUPS_FILE, None)
+    if groups is not None:
+        import shutil
+
+        shutil.rmtree(groups.parent, ignore_errors=True)
+
+
+# Under `-n N --dist loadgroup` (scripts/test.sh) the controller hands out whole groups
+# (group_of) to the workers. pytest-xdist's own loadgroup reads the groups from a suffix
+# it writes into each test's nodeid, which pytest 9.2 no longer lets a plugin change, so
+# every test became a group of its own (two workers started the same server); here the
+# workers write each test's group into a file the controller's scheduler reads.
+GROUPS_FILE = pytest.StashKey[Path]()
+
+
+def group_of(item) -> str:
     """The group a test runs in under `--dist loadgroup`: its stack's, or its module's."""
     key = stack_key(item)
     if key is None:
@@ -196,22 +216,56 @@ def xdist_group(item) -> str:
     return "stack:" + ",".join(families) + (f"{options}" if options else "")
 
 
-@pytest.hookimpl(tryfirst=True)     # before pytest-xdist reads the groups it adds
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """(controller) Where each worker writes the groups of the tests it collected."""
+    node.workerinput["tritontts_groups"] = str(node.config.stash[GROUPS_FILE])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """(controller) loadgroup over group_of: pytest-xdist's LoadScope scheduling (whole
+    groups to a worker, the largest first) with each test's scope read from the file the
+    workers wrote at collection (they send their collection only after writing it)."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return None
+    import json
+
+    from xdist.scheduler import LoadScopeScheduling
+
+    path = config.stash[GROUPS_FILE]
+
+    class StackGroups(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                self.groups = json.loads(path.read_text())
+            return self.groups[nodeid]
+
+    return StackGroups(config, log)
+
+
 def pytest_collection_modifyitems(session, config, items):
     """Modules in --module-order; then tests without a pooled stack first (in that order),
     then each stack's tests together, stacks in the order they are first needed, tests in
     that order within a stack. Starting a server is the suite's largest cost (up to two
     minutes for CosyVoice3 here), and file order alone would start each family's server
-    again for its own modules after the contract suite, and again for the load test. Each
-    test is marked with its xdist group (xdist_group), which pytest-xdist's loadgroup
-    scheduling keeps on one worker."""
+    again for its own modules after the contract suite, and again for the load test. In a
+    pytest-xdist worker, each test's group (group_of) is written for the controller."""
     items[:] = order_modules(items, config.getoption("--module-order"))
     groups: dict[tuple | None, list] = {None: []}
     for item in items:
         groups.setdefault(stack_key(item), []).append(item)
     items[:] = [item for group in groups.values() for item in group]
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    target = getattr(config, "workerinput", {}).get("tritontts_groups")
+    if target:
+        import json
+        import os
+
+        mine = Path(f"{target}.{config.workerinput['workerid']}")
+        mine.write_text(json.dumps({item.nodeid: group_of(item) for item in items}))
+        os.replace(mine, target)        # every worker writes the same map; whole files only
 
 
 @pytest.hookimpl(trylast=True)      # after the test's own fixtures are torn down

@@ -97,6 +97,18 @@ def test_a_launch_that_cannot_fit_is_refused_with_weights_kv_and_the_requests_th
         size_cpu_kv("x_talker", path, args, 1, available=17 * GIB)
 
 
+def test_the_default_count_not_asked_for_is_bounded_by_what_fits_and_refused_only_below_one(tmp_path):
+    path = model_dir(tmp_path, RELEASED, weights_bytes=8 * GIB)
+    args = {"dtype": "float32", "max_model_len": 4096}
+    # 20 GiB available holds the weights, their runtime and 2 of the 4 requests: taken, not refused
+    budget = size_cpu_kv("x_talker", path, args, 4, available=20 * GIB, asked=False)
+    assert budget.requests == 2 and budget.bytes == 2 * budget.request_bytes
+    # all 4 fit: the default is kept whole
+    assert size_cpu_kv("x_talker", path, args, 4, available=22 * GIB, asked=False).requests == 4
+    with pytest.raises(SizingError, match="not even one request"):
+        size_cpu_kv("x_talker", path, args, 4, available=17 * GIB, asked=False)
+
+
 def test_the_checkpoint_dtype_is_read_in_the_engines_names_and_an_unknown_one_names_the_file():
     assert checkpoint_dtype({"torch_dtype": "bfloat16"}) == "bfloat16"
     assert checkpoint_dtype({"dtype": "torch.float16"}) == "float16"

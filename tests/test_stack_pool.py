@@ -89,14 +89,12 @@ def test_every_collected_test_runs_in_its_stack_group_or_its_module_group(reques
     """The suite's own collection (tests/conftest.py): under `--dist loadgroup` each pooled
     server's tests must share one group, and no group may hold two servers' tests, or two
     workers would start the same server (or one would switch servers back and forth)."""
-    from conftest import stack_key
+    from conftest import stack_key, group_of
 
     stacks_of_group: dict[str, set] = {}
     group_of_stack: dict[tuple, set] = {}
     for item in request.session.items:
-        marks = list(item.iter_markers("xdist_group"))
-        assert len(marks) == 1, (item.nodeid, marks)
-        group, key = marks[0].args[0], stack_key(item)
+        group, key = group_of(item), stack_key(item)
         stacks_of_group.setdefault(group, set()).add(key)
         if key is not None:
             group_of_stack.setdefault(key, set()).add(group)
@@ -104,3 +102,24 @@ def test_every_collected_test_runs_in_its_stack_group_or_its_module_group(reques
             assert group == item.module.__name__, item.nodeid
     assert all(len(keys) == 1 for keys in stacks_of_group.values()), stacks_of_group
     assert all(len(groups) == 1 for groups in group_of_stack.values()), group_of_stack
+
+
+def test_under_two_workers_each_group_runs_whole_on_one_worker():
+    """`scripts/test.sh` runs `-n 2 --dist loadgroup`: the scheduler (tests/conftest.py) must
+    hand each group to one worker. pytest-xdist's own loadgroup silently ran every test as a
+    group of its own under pytest 9.2 (two workers started the same server)."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+                          "-v", str(tests / "test_kv_budget.py"), str(tests / "test_run_in_groups.py"),
+                          "-k", "not two_workers"], capture_output=True, text=True, timeout=300, cwd=tests.parent)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    workers: dict[str, set] = {}
+    for worker, module in re.findall(r"\[(gw\d)\] .*?PASSED tests/(\w+)\.py::", out.stdout):
+        workers.setdefault(module, set()).add(worker)
+    assert set(workers) == {"test_kv_budget", "test_run_in_groups"}, out.stdout[-3000:]
+    assert all(len(w) == 1 for w in workers.values()), workers

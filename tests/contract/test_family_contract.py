@@ -524,6 +524,28 @@ def test_every_vllm_stage_holds_the_full_length_requests_its_kv_cache_was_sized_
         assert held and float(held[-1]) >= TINY_KV_REQUESTS - 0.01, (stage, held)
 
 
+def test_every_vllm_stage_starts_loading_after_every_other_stage_of_its_family_has_loaded(served, family):
+    """The launcher loads each vLLM engine alone once the other stages hold their weights
+    (tritontts.deploy.tritonserver.LoadOrder), so the memory its KV cache is sized on is what
+    is really left. Triton logs each load's start and end."""
+    from tritontts.deploy.profiles import engine_settings_path
+    from tritontts.deploy.repository import STAGE_REPOSITORY
+
+    engines = [s for s in family.stages if engine_settings_path(STAGE_REPOSITORY / s)]
+    if not engines:
+        pytest.skip("no vLLM stage")
+    log = served.triton_log.read_text()
+    for engine in engines:
+        began = log.rfind(f"loading: {engine}:1")
+        assert began >= 0, engine
+        for other in (s for s in family.stages if s not in engines):
+            # the other stage's last load before the engine's began had ended before it
+            loading = log.rfind(f"loading: {other}:1", 0, began)
+            assert loading >= 0, (engine, other, "began loading after the engine")
+            assert log.find(f"successfully loaded '{other}'", loading, began) >= 0, \
+                (engine, other, "had not loaded when the engine began")
+
+
 def test_every_vllm_stage_runs_its_engine_in_the_stage_process(served, family):
     """Talkers step vLLM's engine core in their own stage process (tritontts.engine.vllm_talker):
     no engine-core process of vLLM's in the server's process group (AsyncLLM's, spawned on a

@@ -150,6 +150,15 @@ def describe_death(pid: int, label: str) -> str:
         return f"stage process {pid} ({label}) was killed by signal {sig} ({name}{why})"
     return f"stage process {pid} ({label}) exited with code {status >> 8}"
 
+
+def client_ready(client) -> bool:
+    """Whether the server behind `client` answers and is ready (its start models loaded)."""
+    try:
+        return client.is_server_ready()
+    except Exception:  # noqa: BLE001 - not listening yet
+        return False
+
+
 @dataclass
 class StartProgress:
     """Whether a start is moving: the last moment a model changed state or the server's
@@ -191,9 +200,46 @@ class ProcessCpu:
         return sum(self.seen.values())
 
 
+@dataclass(frozen=True)
+class LoadOrder:
+    """How a server's models load: what tritonserver loads at start (every stage but the
+    vLLM engines, loaded together), then each engine alone, then the ensembles that need
+    them. An engine sizes its KV cache on the memory available when it starts
+    (tritontts.engine.kv_budget), so it must start once every other stage holds its weights,
+    and after the engine before it holds its cache: then that memory is what is really
+    left, not what a stage still loading beside it is about to take."""
+
+    at_start: tuple[str, ...]
+    engines: tuple[str, ...] = ()
+    after_engines: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, models: list[str], repositories: tuple[Path, ...], always: tuple[str, ...] = ()) -> "LoadOrder":
+        from .profiles import engine_settings_path
+        from .repository import read_config
+
+        def folder(name: str) -> Path | None:
+            return next((repo / name for repo in repositories if (repo / name / "config.pbtxt").is_file()), None)
+
+        at_start, engines, after = list(always), [], []
+        for model in models:
+            where = folder(model)
+            steps = [step.model_name for step in read_config(where / "config.pbtxt").ensemble_scheduling.step] \
+                if where else []
+            step_engines = [s for s in steps if (f := folder(s)) is not None and engine_settings_path(f)]
+            if not step_engines:
+                at_start.append(model)
+                continue
+            at_start += [s for s in steps if s not in step_engines]
+            engines += [s for s in step_engines if s not in engines]
+            after.append(model)
+        return cls(tuple(dict.fromkeys(at_start)), tuple(engines), tuple(after))
+
+
 @dataclass
 class TritonServer:
-    """A tritonserver child process with explicit model control."""
+    """A tritonserver child process with explicit model control, its models loaded in
+    LoadOrder."""
 
     models: list[str]
     http_port: int = 8000
@@ -208,6 +254,11 @@ class TritonServer:
     _stopping: bool = field(default=False, repr=False)
     _supervisor: threading.Thread | None = field(default=None, repr=False)
     _cpu: ProcessCpu = field(default_factory=ProcessCpu, repr=False)
+    _late_error: str | None = field(default=None, repr=False)   # an engine or ensemble that failed to load
+
+    def load_order(self) -> LoadOrder:
+        # The cancel model rides along with every server (tritontts/serving/cancellation.py).
+        return LoadOrder.of(self.models, self.repositories, always=(CANCEL_MODEL,))
 
     def command(self) -> list[str]:
         cmd = [*base_command(), "--model-control-mode=explicit",
@@ -215,8 +266,7 @@ class TritonServer:
                f"--metrics-port={self.metrics_port}",
                "--exit-timeout-secs=10", "--log-verbose=0"]
         cmd += [f"--model-repository={repo}" for repo in self.repositories]
-        # The cancel model rides along with every server (tritontts/serving/cancellation.py).
-        cmd += [f"--load-model={model}" for model in [*self.models, CANCEL_MODEL]]
+        cmd += [f"--load-model={model}" for model in self.load_order().at_start]
         return cmd
 
     def start(self) -> "TritonServer":
@@ -226,10 +276,40 @@ class TritonServer:
 
             self.cancel_dir = Path(tempfile.mkdtemp(prefix="tritontts-cancel-"))
         env = {**self.env, CANCEL_DIR_ENV: str(self.cancel_dir)}
+        self._late_error = None
         self.process = subprocess.Popen(self.command(), env=triton_env(env),
                                         stdout=log or None, stderr=subprocess.STDOUT if log else None,
                                         start_new_session=True)
+        order = self.load_order()
+        if order.engines:
+            threading.Thread(target=self._load_late, args=(self.process, order), daemon=True,
+                             name="tritonserver-engine-loader").start()
         return self
+
+    def _load_late(self, process: subprocess.Popen, order: LoadOrder) -> None:
+        """Once tritonserver has loaded its start models (it then opens its ports), load
+        each vLLM engine alone, then the ensembles (LoadOrder). A failure is kept for
+        wait_ready, with Triton's reason (a KV cache that does not fit says so, with its
+        numbers)."""
+        import tritonclient.grpc as grpcclient
+        from tritonclient.utils import InferenceServerException
+
+        client = grpcclient.InferenceServerClient(self.grpc_url, channel_args=READY_POLL_CHANNEL)
+        try:
+            while not client_ready(client):
+                if self._stopping or process.poll() is not None or self.process is not process:
+                    return
+                time.sleep(0.5)
+            for name in (*order.engines, *order.after_engines):
+                if self._stopping or self.process is not process:
+                    return
+                try:
+                    client.load_model(name)
+                except InferenceServerException as exc:
+                    self._late_error = f"{name}: {exc.message()}"
+                    return
+        finally:
+            client.close()
 
     @property
     def grpc_url(self) -> str:
@@ -248,8 +328,8 @@ class TritonServer:
 
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
-        # Triton opens its gRPC port only once every model has loaded; until then each poll
-        # fails to connect, and gRPC's default reconnect backoff (x1.6 per failure, up to
+        # Triton opens its gRPC port only once its start models have loaded; until then each
+        # poll fails to connect, and gRPC's default reconnect backoff (x1.6 per failure, up to
         # 120 s) would notice the ready server up to 20 s late after a minute of loading.
         client = grpcclient.InferenceServerClient(self.grpc_url, channel_args=READY_POLL_CHANNEL)
         states: dict[str, str] = {}
@@ -262,6 +342,9 @@ class TritonServer:
                     failed = [f"{m}: {r}" for m, r in states.items() if r.startswith("UNAVAILABLE")]
                     raise RuntimeError(f"tritonserver exited with code {self.process.returncode}"
                                        + (f" ({'; '.join(failed)})" if failed else "")
+                                       + (f"; see {self.log_path}" if self.log_path else ""))
+                if self._late_error is not None:
+                    raise RuntimeError(f"load failed for model {self._late_error}"
                                        + (f"; see {self.log_path}" if self.log_path else ""))
                 try:
                     before = dict(states)

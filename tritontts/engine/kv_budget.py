@@ -260,13 +260,18 @@ def check_fits(stage: str, budget: KvBudget, free: int, room: str, remedy: str) 
 
 
 def size_cpu_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: int,
-                available: int | None = None, config: dict | None = None) -> KvBudget:
-    """The CPU KV budget for `requests` full-length requests; SizingError, before anything
+                available: int | None = None, config: dict | None = None, asked: bool = True) -> KvBudget:
+    """The CPU KV budget for `requests` full-length requests; SizingError, before the engine
     loads, when the weights, the engine's runtime and that KV do not fit in the memory
-    available now."""
+    available now (the launcher starts each engine after every other stage has loaded:
+    tritontts.deploy.tritonserver.LoadOrder). When the requests were not `asked` for (the
+    default count), as many as fit are taken instead, down to one."""
     budget = plan_kv(stage, model_dir, engine_args, requests, config)
     budget = dataclasses.replace(budget, runtime=int(CPU_RUNTIME_SHARE * budget.weights))
     free = available_memory() if available is None else available
+    fit = (free - budget.weights - budget.runtime) // budget.request_bytes
+    if not asked and 1 <= fit < requests:
+        return dataclasses.replace(budget, requests=int(fit))
     return check_fits(stage, budget, free, "available",
                       f"use a lower --engine-arg {stage}.max_model_len, --engine-arg {stage}.dtype=bfloat16, "
                       "or a machine with more memory")

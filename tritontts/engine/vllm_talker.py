@@ -106,14 +106,22 @@ class VllmTalkerStage(EngineStage):
             config = None           # an engine without config.json: vLLM says what it lacks
         args["dtype"] = self._dtype(context, overrides.get("dtype") or os.environ.get(DTYPE_ENV)
                                     or engine_args.get("dtype", "auto"), config or {})
-        requests = int(os.environ.get(KV_REQUESTS_ENV) or DEFAULT_KV_REQUESTS)
+        asked = os.environ.get(KV_REQUESTS_ENV)
+        requests = int(asked or DEFAULT_KV_REQUESTS)
         self.kv_budget = None
         if not context.device.startswith("cuda") and not {"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(args):
             # The KV cache from the checkpoint's config (kv_budget); a given byte count or
             # share (--engine-arg) wins.
-            self.kv_budget = size_cpu_kv(context.name, self.model_path(), args, requests, config=config)
+            self.kv_budget = size_cpu_kv(context.name, self.model_path(), args, requests, config=config,
+                                         asked=asked is not None)
             args["kv_cache_memory_bytes"] = self.kv_budget.bytes
             logger.info("%s: %s", context.name, self.kv_budget.describe())
+            if self.kv_budget.requests < requests:
+                logger.warning("%s: the KV cache holds %d of the default %d full-length requests: that is what "
+                               "fits beside the weights (%.2f GiB) in the memory the other stages left; more "
+                               "requests at once wait in vLLM's queue (or are preempted). --kv-requests N "
+                               "asks for N and refuses a launch that cannot hold them", context.name,
+                               self.kv_budget.requests, requests, self.kv_budget.weights / GIB)
         elif context.device.startswith("cuda") and "gpu_memory_utilization" in args \
                 and "gpu_memory_gib" in self.settings and "kv_cache_memory_bytes" not in args:
             # On a GPU the profile's share of the card sets the cache; the checkpoint's
