@@ -226,8 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "cosyvoice3_talker.sampling_method=standard")
     parser.add_argument("--kv-requests", type=positive_int, default=None, metavar="N",
                         help="full-length requests (max_model_len positions) each vLLM stage's KV cache "
-                             "holds on the CPU, sized from its checkpoint's config.json (default: 4); a "
-                             "launch that cannot fit them says so before loading, with the numbers")
+                             "holds on the CPU, sized from its checkpoint's config.json after the other "
+                             "stages have loaded; a launch that cannot fit the N given says so before the "
+                             "engine loads, with the numbers (default: 4, or as many as fit, at least one)")
     parser.add_argument("--dtype", default="auto", metavar="DTYPE",
                         help="every vLLM stage's dtype: auto (the checkpoint's own on CUDA and on CPUs with "
                              "AVX512-BF16 or AMX, else float32), float32, bfloat16, float16 (CUDA only); "

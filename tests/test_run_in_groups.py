@@ -1,5 +1,7 @@
 """run_in_groups (tritontts.serving.stage): the dynamic batcher's requests of equal key
 computed in one call, a failure kept to the request that fails."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -58,4 +60,33 @@ def test_max_rows_splits_a_group_into_calls_of_at_most_that_many_rows_keeping_ea
     assert all(np.array_equal(r["y"], b["x"] + 1) for r, b in zip(results, batch))
     calls.clear()
     run_in_groups(batch, shape, compute)            # the control: no cap, one call
+    assert calls == [5]
+
+
+def test_the_servers_max_rows_per_call_overrides_every_grouped_stages_config(monkeypatch):
+    """TRITONTTS_MAX_ROWS_PER_CALL (tritontts.benchmark.batching --served serves a checkpoint
+    with batches whole and row by row) wins over the config's max_rows_per_call."""
+    from tritontts.serving.stage import MAX_ROWS_PER_CALL_ENV, GroupedStage, StageContext
+
+    calls = []
+
+    class Doubling(GroupedStage):
+        def batch_key(self, inputs):
+            return shape(inputs)
+
+        def run_group(self, members):
+            calls.append(len(members))
+            return [{"y": m["x"] * 2} for m in members]
+
+    stage = Doubling(StageContext("doubling", Path("."), parameters={"max_rows_per_call": "4"}))
+    batch = [Inputs(x=np.arange(3, dtype=np.float32)) for _ in range(5)]
+    stage.run_batch(batch)
+    assert calls == [4, 1]                      # the config's cap
+    calls.clear()
+    monkeypatch.setenv(MAX_ROWS_PER_CALL_ENV, "1")
+    stage.run_batch(batch)
+    assert calls == [1] * 5
+    calls.clear()
+    monkeypatch.setenv(MAX_ROWS_PER_CALL_ENV, "0")
+    assert all(np.array_equal(r["y"], b["x"] * 2) for r, b in zip(stage.run_batch(batch), batch))
     assert calls == [5]

@@ -6,6 +6,15 @@ machine's drift hits both. Requests/s and audio-s/s per arm and their ratio.
 
   .venv/bin/python -m tritontts.benchmark.batching [--families A,B] [--size released]
       [--cache ~/.cache/tritontts-released] [--device cpu] [--json OUT]
+  .venv/bin/python -m tritontts.benchmark.batching --served [--families A,B] [--size tiny]
+      [--concurrency 8] [--seconds 30] [--rounds 2] [--one-at-a-time] [--json OUT]
+
+--served: the same checkpoint served twice, every batched stage computing Triton's batches
+whole (on: max_rows_per_call 0) and row by row (off: 1), the same closed-loop load at
+--concurrency through the front on each in turn, arms alternating per round; audio-s/s and
+time to first audio per arm. Side by side (both servers up, idle while the other is
+measured) unless --one-at-a-time (released sizes that do not fit twice: each arm started in
+turn).
 
 A family takes part through its descriptor's `batch_cases`: each BatchCase names a stage,
 loads it with its config.pbtxt's parameters (the served threads) and makes its k-th request
@@ -112,6 +121,76 @@ def measure_family(name: str, checkpoint_path: Path, device: str = "cpu", batche
     return rows
 
 
+def served_arm(name: str, checkpoint: Path, rows_per_call: int, work: Path, size: str):
+    """A stack serving `name` on `checkpoint` with every GroupedStage computing at most
+    `rows_per_call` rows per call (0: a batch whole)."""
+    from ..serving.stage import MAX_ROWS_PER_CALL_ENV
+    from ..testing.stack import TINY_KV_REQUESTS, Stack
+
+    work.mkdir(parents=True, exist_ok=True)
+    # tiny talkers' KV holds every request at once; released ones take the launcher's default
+    kv = ("--kv-requests", str(TINY_KV_REQUESTS)) if size == "tiny" else ()
+    stack = Stack(work, (name,), {name: checkpoint}, work / "caches",
+                  extra_args=("--request-timeout", "3600", *kv))
+    stack.env[MAX_ROWS_PER_CALL_ENV] = str(rows_per_call)
+    return stack
+
+
+def measure_served_family(name: str, checkpoint: Path, work: Path, size: str, concurrency: int,
+                          seconds: float, rounds: int, one_at_a_time: bool) -> dict[str, Any]:
+    """{arm: [level summaries]} for batching on and off, the arms alternating per round."""
+    import asyncio
+
+    from .load import run_level
+    from .released import capped_bodies
+
+    rate = FAMILIES[name].capabilities.sample_rate
+    body = capped_bodies(name)
+    arms = {"on": served_arm(name, checkpoint, 0, work / "on", size),
+            "off": served_arm(name, checkpoint, 1, work / "off", size)}
+    results: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
+    try:
+        if not one_at_a_time:
+            for stack in arms.values():
+                stack.start(timeout=3600)
+        for r in range(rounds):
+            for arm in (("on", "off") if r % 2 == 0 else ("off", "on")):
+                stack = arms[arm]
+                if one_at_a_time:
+                    stack.start(timeout=3600)
+                try:
+                    asyncio.run(run_level(stack.url + "/v1/audio/speech", body, rate, 1, 1.0))   # warm-up
+                    level = asyncio.run(run_level(stack.url + "/v1/audio/speech", body, rate, concurrency,
+                                                  seconds, timeout=3600)).summary()
+                finally:
+                    if one_at_a_time:
+                        stack.stop()
+                results[arm].append(level)
+                print(f"{name} {arm} round {r}: {level['audio_s_per_s']:.3f} audio-s/s, TTFA p50 "
+                      f"{level['ttfa_p50']:.2f} s, {level['ok']}/{level['requests']} ok", flush=True)
+    finally:
+        for stack in arms.values():
+            stack.stop()
+    return {"family": name, "size": size, "concurrency": concurrency, "seconds": seconds, **results}
+
+
+def served_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| family | size | c | on: audio-s/s | off: audio-s/s | on / off | on: TTFA p50 | off: TTFA p50 | "
+             "requests ok (on, off) |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        def mean(arm, key):
+            return statistics.mean(level[key] for level in r[arm])
+
+        def ok(arm):
+            return f"{sum(lv['ok'] for lv in r[arm])}/{sum(lv['requests'] for lv in r[arm])}"
+
+        lines.append(f"| {r['family']} | {r['size']} | {r['concurrency']} | {mean('on', 'audio_s_per_s'):.3g} | "
+                     f"{mean('off', 'audio_s_per_s'):.3g} | "
+                     f"{mean('on', 'audio_s_per_s') / mean('off', 'audio_s_per_s'):.2f} | "
+                     f"{mean('on', 'ttfa_p50'):.2f} s | {mean('off', 'ttfa_p50'):.2f} s | {ok('on')}, {ok('off')} |")
+    return "\n".join(lines) + "\n"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| stage | request | batch | on: req/s | on: audio-s/s | off: req/s | off: audio-s/s | on / off |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -132,6 +211,11 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batches", default=",".join(map(str, BATCHES)))
     p.add_argument("--json", type=Path)
+    p.add_argument("--served", action="store_true", help="served on vs off through the front (see above)")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--one-at-a-time", action="store_true")
+    p.add_argument("--work", type=Path, default=Path(".cache/benchmarks/batching-served"))
     args = p.parse_args(argv)
     names = [n.strip() for n in args.families.split(",") if n.strip()]
     missing = [n for n in names if n not in FAMILIES or not FAMILIES[n].batch_cases]
@@ -139,6 +223,15 @@ def main(argv=None) -> int:
         p.error(f"no batch cases for {', '.join(missing)}")
     batches = tuple(int(b) for b in args.batches.split(","))
     rows = []
+    if args.served:
+        for name in names:
+            rows.append(measure_served_family(name, checkpoint_at(name, args.size, args.cache),
+                                              args.work / name, args.size, args.concurrency, args.seconds,
+                                              args.rounds, args.one_at_a_time))
+            if args.json:
+                args.json.write_text(json.dumps(rows, indent=1))
+        print("\n" + served_table(rows))
+        return 0
     for name in names:
         rows += measure_family(name, checkpoint_at(name, args.size, args.cache), args.device, batches, args.rounds)
         if args.json:

@@ -124,16 +124,23 @@ def logged_capacity(stack) -> dict[str, float]:
     return {stage: float(n) for stage, n in re.findall(r"(\w+): the KV cache holds ([\d.]+) requests", log)}
 
 
+def capped_bodies(name: str):
+    """The family's requests on a random checkpoint: the load texts, seeded, with its
+    example fields, at most MAX_NEW_TOKENS frames where it takes max_new_tokens (random
+    weights rarely stop on their own: a talker would run to its full length)."""
+    family = FAMILIES[name]
+    extra = family.example_params()
+    if "max_new_tokens" in family.fields.takes:
+        extra.setdefault("max_new_tokens", MAX_NEW_TOKENS)
+    return request_bodies(name, extra, seeded=True, texts=TEXTS)
+
+
 def measure(name: str, checkpoint: Path | None, work: Path, timeout: float) -> dict[str, Any]:
     from ..testing.stack import Stack
 
     family = FAMILIES[name]
     rate = family.capabilities.sample_rate
-    extra = family.example_params()
-    if "max_new_tokens" in family.fields.takes:
-        # Random weights rarely stop on their own: a talker would run to its full length.
-        extra.setdefault("max_new_tokens", MAX_NEW_TOKENS)
-    body = request_bodies(name, extra, seeded=True, texts=TEXTS)
+    body = capped_bodies(name)
     caches = work / "caches"
     result: dict[str, Any] = {"family": name, "checkpoint": str(checkpoint) if checkpoint else "shipped"}
     checkpoints = {name: checkpoint} if checkpoint else {}

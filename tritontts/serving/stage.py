@@ -38,6 +38,10 @@ from ..protocol import (
 # {stage: {key: value}}: a stage's own settings over its 1/model.json's (CosyVoice3's talker's
 # sampling_method) without editing the repository. --engine-arg is the same for engine_args.
 STAGE_SETTINGS_ENV = "TRITONTTS_STAGE_SETTINGS"
+# Every GroupedStage's max_rows_per_call over its config's, for a whole server: 0 computes a
+# batch whole, 1 its rows one by one (tritontts.benchmark.batching --served serves the same
+# checkpoint both ways side by side).
+MAX_ROWS_PER_CALL_ENV = "TRITONTTS_MAX_ROWS_PER_CALL"
 
 
 @dataclass(frozen=True)
@@ -219,8 +223,14 @@ class GroupedStage(Stage):
 
     def run_batch(self, batch: list[Inputs], ready: Callable[[int, Any], None] | None = None
                   ) -> list[dict[str, Any] | Exception]:
-        return run_in_groups(batch, self.batch_key, self.run_group, ready,
-                             self.context.int_parameter("max_rows_per_call", 0))
+        return run_in_groups(batch, self.batch_key, self.run_group, ready, self.max_rows_per_call)
+
+    @property
+    def max_rows_per_call(self) -> int:
+        import os
+
+        given = os.environ.get(MAX_ROWS_PER_CALL_ENV)
+        return int(given) if given else self.context.int_parameter("max_rows_per_call", 0)
 
 
 class StreamingStage(Stage):
