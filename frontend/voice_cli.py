@@ -101,9 +101,17 @@ def voice_encoder(family: Family, checkpoint: Path, model: str, device: str = "c
     """The family's voice encoder stage on `checkpoint`, built as Triton builds it: the
     class its config.pbtxt names, with that config's parameters and the checkpoint as its
     `checkpoint` parameter (how a served model's stages find theirs)."""
-    from tritontts.deploy.repository import STAGE_REPOSITORY, read_config, served_model_stage
-    from tritontts.serving.stage import Stage, StageContext
+    import os
 
+    from tritontts.deploy.repository import STAGE_REPOSITORY, read_config, served_model_stage
+    from tritontts.serving.stage import STAGE_THREAD_ENV, Stage, StageContext
+
+    # The thread environment of a served stage's process, set before the stage's libraries
+    # load (torch reads it at import): float results follow the thread count.
+    for variable, value in STAGE_THREAD_ENV.items():
+        os.environ.setdefault(variable, value)
+    if "torch" in sys.modules:          # already loaded (a caller in process): set it directly
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     folder = STAGE_REPOSITORY / family.voice_encoder
     config = read_config(folder / "config.pbtxt")
     parameters = {k: v.string_value for k, v in config.parameters.items()}

@@ -57,6 +57,22 @@ class RandomCheckpoints:
                 for f in families if FAMILIES[f].write_random_checkpoint}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_vllm_state_left_for_the_next_module():
+    """After each module that built a vLLM engine (or vLLM layers) in this process: release
+    what vLLM leaves process-wide (its parallel groups, its no-op torch.set_num_threads),
+    whatever order the modules run in (two workers draw modules in an order of their own: a
+    stage-thread test after the GLM-TTS e2e module's in-process talker found torch's
+    set_num_threads replaced)."""
+    yield
+    import sys
+
+    if "vllm" in sys.modules:
+        from tritontts.testing.engine import release_vllm_process_state
+
+        release_vllm_process_state()
+
+
 @pytest.fixture(scope="module")
 def torch_two_threads():
     """torch on both cores for one module (compute-bound model tests), then as before."""

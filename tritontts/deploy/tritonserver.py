@@ -24,6 +24,7 @@ from typing import Callable
 from pathlib import Path
 
 from ..serving.cancellation import CANCEL_DIR_ENV, CANCEL_MODEL
+from ..serving.stage import STAGE_THREAD_ENV
 
 logger = logging.getLogger("tritontts.deploy.tritonserver")
 
@@ -114,7 +115,8 @@ def triton_env(extra: dict[str, str] | None = None,
     env["TRITONTTS_PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO_ROOT), *site.getsitepackages()) if p)
     env.setdefault("LC_ALL", "C.UTF-8")
-    env.setdefault("OMP_NUM_THREADS", "1")  # stages set their own intra-op threads
+    for name, value in STAGE_THREAD_ENV.items():      # stages set their own intra-op threads
+        env.setdefault(name, value)
     env.update(extra or {})
     return env
 

@@ -42,6 +42,13 @@ STAGE_SETTINGS_ENV = "TRITONTTS_STAGE_SETTINGS"
 # batch whole, 1 its rows one by one (tritontts.benchmark.batching --served serves the same
 # checkpoint both ways side by side).
 MAX_ROWS_PER_CALL_ENV = "TRITONTTS_MAX_ROWS_PER_CALL"
+# The thread environment every stage process starts in, unless the caller's sets it
+# (tritontts.deploy.tritonserver gives it to tritonserver; tritontts-voice precompute runs a
+# voice encoder in it): a stage sets the intra-op threads of what it computes with
+# (uses_torch, an onnxruntime session's options); torch in a stage that does not is on one
+# thread. The thread count changes float results: a precompute on both cores wrote other
+# bytes than the server stored for the same recording.
+STAGE_THREAD_ENV = {"OMP_NUM_THREADS": "1"}
 
 
 @dataclass(frozen=True)
