@@ -132,3 +132,47 @@ def test_the_served_in_process_engine_releases_vllm_state_after_a_refused_start_
     finally:
         release_vllm_process_state()          # vLLM's thread patch, for the modules after
         loop.close()
+
+
+def test_the_served_in_process_engine_logs_each_preemption_of_a_full_kv_cache(talker_dir, caplog):
+    """vLLM preempts a running request when the KV cache cannot hold its next block, and
+    says so only in its metrics; the engine host counts and logs each (the released-size
+    benchmark reads them). Two requests of 200 tokens in a cache of one 256-position request
+    (two 128-position blocks): one must be preempted. Control: a cache of both, none."""
+    import asyncio
+    import logging
+
+    from vllm import SamplingParams, TokensPrompt
+
+    from tritontts.engine.kv_budget import KvShape
+    from tritontts.engine.vllm_talker import InprocEngine
+
+    config = json.loads((talker_dir / "config.json").read_text())
+    one = KvShape.from_config(config).request_bytes(256, 4)
+    args = {**ARGS, "max_model_len": 256}
+
+    async def run(kv_bytes: int) -> int:
+        engine = InprocEngine(str(talker_dir), {**args, "kv_cache_memory_bytes": kv_bytes},
+                              asyncio.get_running_loop())
+        try:
+            params = SamplingParams(max_tokens=200, min_tokens=200, ignore_eos=True, temperature=0)
+
+            async def one_request(name):
+                async for output in engine.generate(TokensPrompt(prompt_token_ids=[1, 2, 3]), params, name):
+                    last = output
+                return len(last.outputs[0].token_ids)
+
+            assert await asyncio.gather(one_request("a"), one_request("b")) == [200, 200]
+            return engine.preemptions
+        finally:
+            engine.shutdown()
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="tritontts.talker"):
+            assert asyncio.run(run(one)) >= 1
+        assert "vLLM preempted request" in caplog.text and "the KV cache is full" in caplog.text
+        caplog.clear()
+        assert asyncio.run(run(2 * one)) == 0
+        assert "vLLM preempted request" not in caplog.text
+    finally:
+        release_vllm_process_state()

@@ -124,6 +124,12 @@ def logged_capacity(stack) -> dict[str, float]:
     return {stage: float(n) for stage, n in re.findall(r"(\w+): the KV cache holds ([\d.]+) requests", log)}
 
 
+def logged_preemptions(stack) -> int:
+    """Times vLLM preempted a request for KV room in this stack (the engine host logs each)."""
+    log = stack.triton_log.read_text() if stack.triton_log.exists() else ""
+    return log.count("vLLM preempted request")
+
+
 def capped_bodies(name: str):
     """The family's requests on a random checkpoint: the load texts, seeded, with its
     example fields, at most MAX_NEW_TOKENS frames where it takes max_new_tokens (random
@@ -135,19 +141,22 @@ def capped_bodies(name: str):
     return request_bodies(name, extra, seeded=True, texts=TEXTS)
 
 
-def measure(name: str, checkpoint: Path | None, work: Path, timeout: float) -> dict[str, Any]:
+def measure(name: str, checkpoint: Path | None, work: Path, timeout: float,
+            flags: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One family's row; `flags`: launcher flags beyond the defaults (recorded in the row)."""
     from ..testing.stack import Stack
 
     family = FAMILIES[name]
     rate = family.capabilities.sample_rate
     body = capped_bodies(name)
     caches = work / "caches"
-    result: dict[str, Any] = {"family": name, "checkpoint": str(checkpoint) if checkpoint else "shipped"}
+    result: dict[str, Any] = {"family": name, "checkpoint": str(checkpoint) if checkpoint else "shipped",
+                              "flags": list(flags)}
     checkpoints = {name: checkpoint} if checkpoint else {}
     shutil.rmtree(work, ignore_errors=True)          # a cold start: no cache of an earlier run
     for folder in ("cold", "warm", "caches"):
         (work / folder).mkdir(parents=True, exist_ok=True)
-    stack = Stack(work / "cold", (name,), checkpoints, caches)
+    stack = Stack(work / "cold", (name,), checkpoints, caches, extra_args=flags)
     with PeakPss(stack) as peak:
         result["cold_start_s"], result["refused"] = started(stack, timeout)
         if result["refused"] is None:
@@ -158,11 +167,12 @@ def measure(name: str, checkpoint: Path | None, work: Path, timeout: float) -> d
                 result["concurrent"] = {"requests": CONCURRENT, "served": sum(r["status"] == 200 for r in runs),
                                         "wall_s": max(r["wall_s"] for r in runs)}
                 result["kv_capacity"] = logged_capacity(stack)
+                result["preemptions"] = logged_preemptions(stack)
             finally:
                 stack.stop()
     result["peak_pss_gib"] = round(peak.peak / GIB, 2)
     if result["refused"] is None:
-        warm = Stack(work / "warm", (name,), checkpoints, caches)
+        warm = Stack(work / "warm", (name,), checkpoints, caches, extra_args=flags)
         result["warm_start_s"], again = started(warm, timeout)
         warm.stop()
         if again:
@@ -176,20 +186,23 @@ def report(results: list[dict[str, Any]]) -> str:
              f"Requests: the load benchmark's texts, seeded, streamed as PCM; capped at {MAX_NEW_TOKENS} frames "
              "(max_new_tokens) where the family takes it. A family's row is from its own run.", "",
              "| family | starts | cold start | warm start | peak PSS | first audio | RTF (1) | "
-             f"{CONCURRENT} at once | KV holds (requests) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"{CONCURRENT} at once | KV holds (requests) | preempted |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
+        family = r["family"] + (f" (`{' '.join(r['flags'])}`)" if r.get("flags") else "")
         if r["refused"]:
-            lines.append(f"| {r['family']} | no: {r['refused'].replace('|', '/')} | | | {r['peak_pss_gib']} GiB "
-                         "| | | | |")
+            lines.append(f"| {family} | no: {r['refused'].replace('|', '/')} | | | {r['peak_pss_gib']} GiB "
+                         "| | | | | |")
             continue
         one, many = r["one"], r["concurrent"]
         first = f"{one['first_audio_s']:.2f} s" if one["first_audio_s"] else "-"
         rtf = f"{one['rtf']:.2f}" if one["rtf"] else f"HTTP {one['status']}"
         kv = ", ".join(f"{s}: {c:.2f}" for s, c in sorted(r["kv_capacity"].items())) or "-"
         warm = f"{r['warm_start_s']:.0f} s" if r.get("warm_start_s") else r.get("warm_refused", "-")
-        lines.append(f"| {r['family']} | yes | {r['cold_start_s']:.0f} s | {warm} | {r['peak_pss_gib']} GiB | "
-                     f"{first} | {rtf} | {many['served']}/{many['requests']} in {many['wall_s']:.1f} s | {kv} |")
+        preempted = r.get("preemptions", "-")
+        lines.append(f"| {family} | yes | {r['cold_start_s']:.0f} s | {warm} | {r['peak_pss_gib']} GiB | "
+                     f"{first} | {rtf} | {many['served']}/{many['requests']} in {many['wall_s']:.1f} s | {kv} | "
+                     f"{preempted} |")
     return "\n".join(lines) + "\n"
 
 
@@ -203,6 +216,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks/released"))
     p.add_argument("--size", default="released", help="the writers' size (tiny: a quick check of this script)")
     p.add_argument("--start-timeout", type=float, default=3600.0)
+    p.add_argument("--launcher-arg", action="append", default=[], metavar="ARG",
+                   help="a launcher flag beyond the defaults (repeatable; the row says so), e.g. "
+                        "--launcher-arg=--request-timeout --launcher-arg=3600")
     args = p.parse_args(argv)
     names = [n.strip() for n in args.families.split(",") if n.strip()]
     unknown = [n for n in names if n not in FAMILIES]
@@ -223,7 +239,7 @@ def main(argv=None) -> int:
             FAMILIES[name].write_random_checkpoint(checkpoint, size=args.size)
             written.write_text(f"{time.monotonic() - began:.0f} s\n")
         print(f"{name}: serving {checkpoint or 'the checkpoint it ships'}", flush=True)
-        row = measure(name, checkpoint, args.cache / "work" / name, args.start_timeout)
+        row = measure(name, checkpoint, args.cache / "work" / name, args.start_timeout, tuple(args.launcher_arg))
         results = [r for r in results if r["family"] != name] + [row]
         print(json.dumps(results[-1]), flush=True)
         results.sort(key=lambda r: list(FAMILIES).index(r["family"]))

@@ -230,6 +230,8 @@ class InprocEngine:
         self.streams: dict[str, asyncio.Queue] = {}
         self.ready = threading.Event()
         self.failure: BaseException | None = None
+        self.preemptions = 0                          # requests vLLM preempted (KV cache full), in all
+        self._preempted: dict[str, int] = {}          # engine request id -> its preemptions so far
         self.thread = threading.Thread(target=self._run, args=(model, args),
                                        name="vllm-inproc-engine", daemon=True)
         self.thread.start()
@@ -294,8 +296,26 @@ class InprocEngine:
                     for request_id in list(self.streams):
                         self._deliver(request_id, exc)
                     continue
+                self._count_preemptions(engine)
                 for output in outputs:
                     self._deliver(output.request_id, output)
+
+    def _count_preemptions(self, engine) -> None:
+        """Log each time vLLM preempts a request (its KV cache full: the request waits and
+        is recomputed when room frees), with the count so far; vLLM itself only counts them
+        in its metrics. The KV sizing (kv_budget) is meant to make this never happen."""
+        scheduler = getattr(getattr(engine.engine_core, "engine_core", None), "scheduler", None)
+        requests = getattr(scheduler, "requests", None) or {}
+        for request_id in set(self._preempted) - set(requests):
+            del self._preempted[request_id]          # finished or aborted
+        for request_id, request in requests.items():
+            count = getattr(request, "num_preemptions", 0)
+            if count > self._preempted.get(request_id, 0):
+                self.preemptions += count - self._preempted.get(request_id, 0)
+                self._preempted[request_id] = count
+                logger.warning("vLLM preempted request %s: the KV cache is full (%d preemption(s) in this "
+                               "engine so far); size it for more requests with --kv-requests", request_id,
+                               self.preemptions)
 
     def _deliver(self, request_id: str, item) -> None:
         stream = self.streams.get(request_id)
