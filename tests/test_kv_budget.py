@@ -76,8 +76,11 @@ def test_a_config_without_what_sizing_needs_names_the_file_and_the_field(tmp_pat
 def test_the_budget_is_the_requests_times_a_full_length_request_in_the_engines_dtype(tmp_path):
     path = model_dir(tmp_path, RELEASED)
     budget = size_cpu_kv("x_talker", path, {"dtype": "auto", "max_model_len": 4096}, 4, available=64 * GIB)
-    assert budget.element == 2 and budget.bytes == 4 * KvShape.from_config(RELEASED).request_bytes(4096, 2)
-    assert "KV for 4 requests of 4096 positions: 1.62 GiB" in budget.describe()
+    shape = KvShape.from_config(RELEASED)
+    # and vLLM's null block: 128 positions of every layer (26 x 8 x 128 x 2 x 2 bytes each)
+    assert shape.block_bytes(2) == 128 * 26 * 8 * 128 * 2 * 2
+    assert budget.element == 2 and budget.bytes == 4 * shape.request_bytes(4096, 2) + shape.block_bytes(2)
+    assert "KV for 4 requests of 4096 positions: 1.64 GiB (0.406 GiB each" in budget.describe()
     with pytest.raises(SizingError, match="dtype 'int3' is not one of"):
         size_cpu_kv("x_talker", path, {"dtype": "int3", "max_model_len": 4096}, 4, available=64 * GIB)
 
@@ -87,7 +90,8 @@ def test_a_launch_that_cannot_fit_is_refused_with_weights_kv_and_the_requests_th
     # (1.76 GiB); 4 requests of KV 3.25 GiB: 21.01 GiB (Voxtral TTS's released talker's sizes)
     path = model_dir(tmp_path, RELEASED, weights_bytes=8 * GIB)
     args = {"dtype": "float32", "max_model_len": 4096}
-    assert size_cpu_kv("x_talker", path, args, 4, available=22 * GIB).bytes == int(3.25 * GIB)
+    null_block = KvShape.from_config(RELEASED).block_bytes(4)
+    assert size_cpu_kv("x_talker", path, args, 4, available=22 * GIB).bytes == int(3.25 * GIB) + null_block
     with pytest.raises(SizingError) as refused:
         size_cpu_kv("x_talker", path, args, 4, available=20 * GIB)
     message = str(refused.value)
@@ -102,7 +106,7 @@ def test_the_default_count_not_asked_for_is_bounded_by_what_fits_and_refused_onl
     args = {"dtype": "float32", "max_model_len": 4096}
     # 20 GiB available holds the weights, their runtime and 2 of the 4 requests: taken, not refused
     budget = size_cpu_kv("x_talker", path, args, 4, available=20 * GIB, asked=False)
-    assert budget.requests == 2 and budget.bytes == 2 * budget.request_bytes
+    assert budget.requests == 2 and budget.bytes == 2 * budget.request_bytes + budget.shape.block_bytes(4)
     # all 4 fit: the default is kept whole
     assert size_cpu_kv("x_talker", path, args, 4, available=22 * GIB, asked=False).requests == 4
     with pytest.raises(SizingError, match="not even one request"):
@@ -123,7 +127,7 @@ def test_a_gpu_share_too_small_for_the_checkpoint_is_refused_with_the_card_and_t
     path = model_dir(tmp_path, RELEASED, weights_bytes=8 * GIB)
     args = {"dtype": "auto", "max_model_len": 4096, "gpu_memory_utilization": 0.125}
     budget = size_gpu_share("x_talker", path, args, 4, 80 * GIB)
-    assert budget.weights == 8 * GIB and budget.bytes == int(1.625 * GIB)
+    assert budget.weights == 8 * GIB and budget.bytes == int(1.625 * GIB) + budget.shape.block_bytes(2)
     with pytest.raises(SizingError) as refused:
         size_gpu_share("x_talker", path, {**args, "gpu_memory_utilization": 0.11}, 4, 80 * GIB)
     message = str(refused.value)

@@ -138,7 +138,8 @@ def test_the_served_in_process_engine_logs_each_preemption_of_a_full_kv_cache(ta
     """vLLM preempts a running request when the KV cache cannot hold its next block, and
     says so only in its metrics; the engine host counts and logs each (the released-size
     benchmark reads them). Two requests of 200 tokens in a cache of one 256-position request
-    (two 128-position blocks): one must be preempted. Control: a cache of both, none."""
+    (two 128-position blocks, and the null block vLLM keeps aside): one must be preempted.
+    Control: a cache of both, none."""
     import asyncio
     import logging
 
@@ -147,8 +148,8 @@ def test_the_served_in_process_engine_logs_each_preemption_of_a_full_kv_cache(ta
     from tritontts.engine.kv_budget import KvShape
     from tritontts.engine.vllm_talker import InprocEngine
 
-    config = json.loads((talker_dir / "config.json").read_text())
-    one = KvShape.from_config(config).request_bytes(256, 4)
+    shape = KvShape.from_config(json.loads((talker_dir / "config.json").read_text()))
+    one = shape.request_bytes(256, 4) + shape.block_bytes(4)       # and vLLM's null block
     args = {**ARGS, "max_model_len": 256}
 
     async def run(kv_bytes: int) -> int:
@@ -172,7 +173,7 @@ def test_the_served_in_process_engine_logs_each_preemption_of_a_full_kv_cache(ta
             assert asyncio.run(run(one)) >= 1
         assert "vLLM preempted request" in caplog.text and "the KV cache is full" in caplog.text
         caplog.clear()
-        assert asyncio.run(run(2 * one)) == 0
+        assert asyncio.run(run(one + shape.request_bytes(256, 4))) == 0
         assert "vLLM preempted request" not in caplog.text
     finally:
         release_vllm_process_state()

@@ -116,6 +116,15 @@ class KvShape:
         need = math.ceil(self.linear_state * element / self.position_bytes(element))
         return max(CPU_BLOCK_TOKENS, math.ceil(need / CPU_BLOCK_TOKENS) * CPU_BLOCK_TOKENS)
 
+    def block_bytes(self, element: int) -> int:
+        """One block id of vLLM's pool: a page in each layer that shares block ids (every
+        attention layer; a hybrid model's group). The pool keeps one such block aside as its
+        null block, so a cache holds one block more than its requests use."""
+        page = self.block_tokens(element) * self.position_bytes(element)
+        if not self.linear_layers:
+            return page * self.attention_layers
+        return page * min(self.attention_layers, self.linear_layers)
+
     def request_bytes(self, max_model_len: int, element: int) -> int:
         """One request of max_model_len positions, in whole pages."""
         block = self.block_tokens(element)
@@ -145,14 +154,16 @@ class KvBudget:
 
     @property
     def bytes(self) -> int:
-        return self.requests * self.request_bytes
+        """The requests' full-length pages and vLLM's null block (without it the last
+        request's last block is missing: vLLM refused a cache of exactly one request)."""
+        return self.requests * self.request_bytes + self.shape.block_bytes(self.element)
 
     def describe(self) -> str:
         s = self.shape
         hybrid = f" + {s.linear_layers} linear-attention layers' state" if s.linear_layers else ""
         return (f"KV for {self.requests} requests of {self.max_model_len} positions: {self.bytes / GIB:.2f} GiB "
                 f"({self.request_bytes / GIB:.3f} GiB each: {s.attention_layers} layers x {s.kv_heads} KV heads x "
-                f"{s.head_dim} x 2 x {self.element} bytes{hybrid})")
+                f"{s.head_dim} x 2 x {self.element} bytes{hybrid}; and vLLM's null block)")
 
 
 def read_config(model_dir: str | Path) -> tuple[dict, str]:
@@ -250,7 +261,8 @@ def check_fits(stage: str, budget: KvBudget, free: int, room: str, remedy: str) 
     SizingError with the numbers and the requests that would fit otherwise."""
     if budget.weights + budget.runtime + budget.bytes <= free:
         return budget
-    fit = max(0, (free - budget.weights - budget.runtime) // budget.request_bytes)
+    fit = max(0, (free - budget.weights - budget.runtime - budget.shape.block_bytes(budget.element))
+              // budget.request_bytes)
     runtime = f" + runtime {budget.runtime / GIB:.2f} GiB" if budget.runtime else ""
     head = (f"{stage}: does not fit: weights {budget.weights / GIB:.2f} GiB{runtime} + {budget.describe()} > "
             f"{free / GIB:.2f} GiB {room}")
@@ -269,7 +281,7 @@ def size_cpu_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: 
     budget = plan_kv(stage, model_dir, engine_args, requests, config)
     budget = dataclasses.replace(budget, runtime=int(CPU_RUNTIME_SHARE * budget.weights))
     free = available_memory() if available is None else available
-    fit = (free - budget.weights - budget.runtime) // budget.request_bytes
+    fit = (free - budget.weights - budget.runtime - budget.shape.block_bytes(budget.element)) // budget.request_bytes
     if not asked and 1 <= fit < requests:
         return dataclasses.replace(budget, requests=int(fit))
     return check_fits(stage, budget, free, "available",
