@@ -98,7 +98,18 @@ def test_a_launch_that_cannot_fit_is_refused_with_weights_kv_and_the_requests_th
     assert "x_talker: does not fit: weights 16.00 GiB + runtime 1.76 GiB + KV for 4 requests" in message
     assert "> 20.00 GiB available; 2 request(s) would fit: serve with --kv-requests 2" in message
     with pytest.raises(SizingError, match="not even one request: use a lower --engine-arg x_talker.max_model_len"):
-        size_cpu_kv("x_talker", path, args, 1, available=17 * GIB)
+        size_cpu_kv("x_talker", path, args, 1, available=18 * GIB)
+    # bfloat16 is offered only where the CPU runs it (the launcher refuses it elsewhere)
+    with pytest.raises(SizingError) as here:
+        size_cpu_kv("x_talker", path, args, 1, available=18 * GIB, bf16=False)
+    assert "dtype=bfloat16" not in str(here.value) and "a CPU with AVX512-BF16 or AMX" in str(here.value)
+    with pytest.raises(SizingError, match="--engine-arg x_talker.dtype=bfloat16, or a machine with more memory"):
+        size_cpu_kv("x_talker", path, args, 1, available=18 * GIB, bf16=True)
+    # weights (16 GiB) and their runtime alone over what is free: no max_model_len advice
+    with pytest.raises(SizingError) as weights:
+        size_cpu_kv("x_talker", path, args, 1, available=10 * GIB)
+    assert "the weights alone do not fit: use a machine with more memory" in str(weights.value)
+    assert "max_model_len" not in str(weights.value)
 
 
 def test_the_default_count_not_asked_for_is_bounded_by_what_fits_and_refused_only_below_one(tmp_path):
@@ -110,7 +121,7 @@ def test_the_default_count_not_asked_for_is_bounded_by_what_fits_and_refused_onl
     # all 4 fit: the default is kept whole
     assert size_cpu_kv("x_talker", path, args, 4, available=22 * GIB, asked=False).requests == 4
     with pytest.raises(SizingError, match="not even one request"):
-        size_cpu_kv("x_talker", path, args, 4, available=17 * GIB, asked=False)
+        size_cpu_kv("x_talker", path, args, 4, available=18 * GIB, asked=False)
 
 
 def test_the_checkpoint_dtype_is_read_in_the_engines_names_and_an_unknown_one_names_the_file():

@@ -97,9 +97,12 @@ def started(stack, timeout: float) -> tuple[float | None, str | None]:
     try:
         stack.start(timeout=timeout)
     except (RuntimeError, TimeoutError) as exc:
-        lines = [line for line in str(exc).splitlines()
-                 if re.search(r"does not fit|did not start|Error|error", line)]
-        return None, (lines[-1] if lines else str(exc)[-500:])[-1500:]
+        lines = str(exc).splitlines()
+        for pattern in ("did not start", "does not fit", "Error|error"):     # the launcher's own line first
+            found = [line for line in lines if re.search(pattern, line)]
+            if found:
+                return None, found[-1][-1500:]
+        return None, str(exc)[-500:]
     return time.monotonic() - began, None
 
 

@@ -308,7 +308,8 @@ class TritonServer:
                 try:
                     client.load_model(name)
                 except InferenceServerException as exc:
-                    self._late_error = f"{name}: {exc.message()}"
+                    # Triton's reason without the Python backend's traceback ("At: ...", in the log)
+                    self._late_error = f"{name}: {exc.message().split(chr(10) + chr(10) + 'At:')[0].strip()}"
                     return
         finally:
             client.close()

@@ -256,9 +256,11 @@ def plan_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: int,
                     weight_bytes(model_dir, element, config))
 
 
-def check_fits(stage: str, budget: KvBudget, free: int, room: str, remedy: str) -> KvBudget:
+def check_fits(stage: str, budget: KvBudget, free: int, room: str, remedy: str,
+               weights_remedy: str | None = None) -> KvBudget:
     """`budget` when its weights and KV fit in `free` bytes (`room` says what they are);
-    SizingError with the numbers and the requests that would fit otherwise."""
+    SizingError with the numbers and the requests that would fit otherwise (`weights_remedy`
+    where the weights alone do not fit, else `remedy`)."""
     if budget.weights + budget.runtime + budget.bytes <= free:
         return budget
     fit = max(0, (free - budget.weights - budget.runtime - budget.shape.block_bytes(budget.element))
@@ -268,11 +270,14 @@ def check_fits(stage: str, budget: KvBudget, free: int, room: str, remedy: str) 
             f"{free / GIB:.2f} GiB {room}")
     if fit:
         raise SizingError(f"{head}; {fit} request(s) would fit: serve with --kv-requests {fit}")
+    if weights_remedy and budget.weights + budget.runtime >= free:
+        raise SizingError(f"{head}: the weights alone do not fit: {weights_remedy}")
     raise SizingError(f"{head}, not even one request: {remedy}")
 
 
 def size_cpu_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: int,
-                available: int | None = None, config: dict | None = None, asked: bool = True) -> KvBudget:
+                available: int | None = None, config: dict | None = None, asked: bool = True,
+                bf16: bool = False) -> KvBudget:
     """The CPU KV budget for `requests` full-length requests; SizingError, before the engine
     loads, when the weights, the engine's runtime and that KV do not fit in the memory
     available now (the launcher starts each engine after every other stage has loaded:
@@ -284,9 +289,12 @@ def size_cpu_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: 
     fit = (free - budget.weights - budget.runtime - budget.shape.block_bytes(budget.element)) // budget.request_bytes
     if not asked and 1 <= fit < requests:
         return dataclasses.replace(budget, requests=int(fit))
+    halve = f"--engine-arg {stage}.dtype=bfloat16, " if bf16 and budget.element == 4 else ""
+    more = "a machine with more memory" + ("" if bf16 else ", or a CPU with AVX512-BF16 or AMX (a bfloat16 "
+                                             "checkpoint's weights run there at half the size)")
     return check_fits(stage, budget, free, "available",
-                      f"use a lower --engine-arg {stage}.max_model_len, --engine-arg {stage}.dtype=bfloat16, "
-                      "or a machine with more memory")
+                      f"use a lower --engine-arg {stage}.max_model_len, {halve}or {more}",
+                      f"use {halve.removesuffix(', ')} or {more}" if halve else f"use {more}")
 
 
 def size_gpu_share(stage: str, model_dir: str | Path, engine_args: dict, requests: int, card_bytes: int,
