@@ -101,10 +101,21 @@ def measure_case(case: BatchCase, stage: Stage, device: str = "cpu", batches=BAT
 
 
 def checkpoint_at(name: str, size: str, cache: Path) -> Path:
+    """`name`'s random checkpoint at `size` in `cache`, written once (in a child process:
+    a writer leaves GBs of freed tensors in the process's heap, which at released size took
+    5 GB from the stacks a benchmark then measured) and reused."""
+    import os
+    import subprocess
+    import sys
+
     path, written = cache / f"{name}-{size}", cache / f"{name}-{size}.written"
     if not written.exists():
         began = time.monotonic()
-        FAMILIES[name].write_random_checkpoint(path, size=size)
+        code = ("import sys; from tritontts.families import FAMILIES; "
+                "FAMILIES[sys.argv[1]].write_random_checkpoint(sys.argv[2], size=sys.argv[3])")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        subprocess.run([sys.executable, *(["-S"] if sys.flags.no_site else []), "-c", code, name, str(path), size],
+                       check=True, env=env)
         written.write_text(f"{time.monotonic() - began:.0f} s\n")
     return path
 

@@ -232,15 +232,11 @@ def main(argv=None) -> int:
     # keeps the rows it did not reach): one report for runs made family by family.
     kept = args.out / "results.json"
     results = json.loads(kept.read_text()) if kept.exists() else []
+    from .batching import checkpoint_at
+
     for name in names:
-        checkpoint = args.cache / f"{name}-{args.size}"
-        written = args.cache / f"{name}-{args.size}.written"
-        if not FAMILIES[name].write_random_checkpoint:
-            checkpoint = None                        # the released weights it ships
-        elif not written.exists():
-            began = time.monotonic()
-            FAMILIES[name].write_random_checkpoint(checkpoint, size=args.size)
-            written.write_text(f"{time.monotonic() - began:.0f} s\n")
+        # a family without a writer serves the released weights it ships
+        checkpoint = checkpoint_at(name, args.size, args.cache) if FAMILIES[name].write_random_checkpoint else None
         print(f"{name}: serving {checkpoint or 'the checkpoint it ships'}", flush=True)
         row = measure(name, checkpoint, args.cache / "work" / name, args.start_timeout, tuple(args.launcher_arg))
         results = [r for r in results if r["family"] != name] + [row]
