@@ -12,8 +12,8 @@ frames: random weights rarely stop on their own. Not a test: hours on a 2-core m
   .venv/bin/python -m tritontts.benchmark.released --families FAMILY,FAMILY \\
       --cache ~/.cache/tritontts-released --out docs/benchmarks/released
 
-Writes results.json and report.md (a row per family) into --out, keeping the rows of families
-not run this time. Nothing here names a
+Writes results.json and report.md (a row per family, and per family and --launcher-arg flags)
+into --out, keeping the rows not run this time. Nothing here names a
 family: each takes part through its Family descriptor.
 """
 from __future__ import annotations
@@ -239,9 +239,10 @@ def main(argv=None) -> int:
         checkpoint = checkpoint_at(name, args.size, args.cache) if FAMILIES[name].write_random_checkpoint else None
         print(f"{name}: serving {checkpoint or 'the checkpoint it ships'}", flush=True)
         row = measure(name, checkpoint, args.cache / "work" / name, args.start_timeout, tuple(args.launcher_arg))
-        results = [r for r in results if r["family"] != name] + [row]
+        # one row per family and flags: a run with extra flags keeps the default-flags row
+        results = [r for r in results if (r["family"], r.get("flags", [])) != (name, row["flags"])] + [row]
         print(json.dumps(results[-1]), flush=True)
-        results.sort(key=lambda r: list(FAMILIES).index(r["family"]))
+        results.sort(key=lambda r: (list(FAMILIES).index(r["family"]), len(r.get("flags", []))))
         (args.out / "results.json").write_text(json.dumps(results, indent=1))
         (args.out / "report.md").write_text(report(results))
     return 0
