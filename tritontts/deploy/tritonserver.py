@@ -309,7 +309,8 @@ class TritonServer:
                     client.load_model(name)
                 except InferenceServerException as exc:
                     # Triton's reason without the Python backend's traceback ("At: ...", in the log)
-                    self._late_error = f"{name}: {exc.message().split(chr(10) + chr(10) + 'At:')[0].strip()}"
+                    reason = exc.message().split("\n\nAt:")[0].strip()
+                    self._late_error = reason if name in reason else f"{name}: {reason}"
                     return
         finally:
             client.close()
@@ -347,7 +348,7 @@ class TritonServer:
                                        + (f" ({'; '.join(failed)})" if failed else "")
                                        + (f"; see {self.log_path}" if self.log_path else ""))
                 if self._late_error is not None:
-                    raise RuntimeError(f"load failed for model {self._late_error}"
+                    raise RuntimeError(self._late_error
                                        + (f"; see {self.log_path}" if self.log_path else ""))
                 try:
                     before = dict(states)
