@@ -79,15 +79,16 @@ def test_the_released_size_report_has_a_row_per_family_served_or_refused_with_it
     served = {"family": "a", "refused": None, "cold_start_s": 95.2, "warm_start_s": 41.0, "peak_pss_gib": 9.5,
               "one": {"status": 200, "first_audio_s": 1.25, "audio_s": 4.0, "wall_s": 8.0, "rtf": 2.0},
               "concurrent": {"requests": 4, "served": 4, "wall_s": 20.5}, "kv_capacity": {"a_talker": 4.0},
-              "preemptions": 0}
+              "preemptions": 0, "machine": {"date": "2026-12-06 06:36 UTC", "cpu": "Some CPU", "commit": "abc1234"}}
     refused = {"family": "b", "refused": "b_talker: does not fit: weights 16.00 GiB | KV", "cold_start_s": None,
                "peak_pss_gib": 1.0}
     flagged = {**served, "family": "c", "flags": ["--request-timeout", "3600"], "preemptions": 3}
     rows = report([served, refused, flagged]).splitlines()
-    assert "| a | yes | 95 s | 41 s | 9.5 GiB | 1.25 s | 2.00 | 4/4 in 20.5 s | a_talker: 4.00 | 0 |" in rows
-    assert any(r.startswith("| b | no: b_talker: does not fit: weights 16.00 GiB / KV |") for r in rows)
-    assert "| c (`--request-timeout 3600`) | yes | 95 s | 41 s | 9.5 GiB | 1.25 s | 2.00 | 4/4 in 20.5 s | " \
-           "a_talker: 4.00 | 3 |" in rows
+    on = "2026-12-06 06:36 UTC, Some CPU, abc1234"
+    assert f"| a | {on} | yes | 95 s | 41 s | 9.5 GiB | 1.25 s | 2.00 | 4/4 in 20.5 s | a_talker: 4.00 | 0 |" in rows
+    assert any(r.startswith("| b | ?, ?, ? | no: b_talker: does not fit: weights 16.00 GiB / KV |") for r in rows)
+    assert f"| c (`--request-timeout 3600`) | {on} | yes | 95 s | 41 s | 9.5 GiB | 1.25 s | 2.00 | " \
+           "4/4 in 20.5 s | a_talker: 4.00 | 3 |" in rows
 
 
 def test_the_batching_benchmark_runs_a_batch_as_one_call_on_and_request_by_request_off():

@@ -154,7 +154,7 @@ def measure(name: str, checkpoint: Path | None, work: Path, timeout: float,
     body = capped_bodies(name)
     caches = work / "caches"
     result: dict[str, Any] = {"family": name, "checkpoint": str(checkpoint) if checkpoint else "shipped",
-                              "flags": list(flags)}
+                              "flags": list(flags), "machine": machine()}
     checkpoints = {name: checkpoint} if checkpoint else {}
     shutil.rmtree(work, ignore_errors=True)          # a cold start: no cache of an earlier run
     for folder in ("cold", "warm", "caches"):
@@ -185,14 +185,16 @@ def measure(name: str, checkpoint: Path | None, work: Path, timeout: float,
 
 def report(results: list[dict[str, Any]]) -> str:
     lines = ["# Released-size random checkpoints, each served alone with default flags", "",
-             f"Machine: {json.dumps(machine())}", "",
              f"Requests: the load benchmark's texts, seeded, streamed as PCM; capped at {MAX_NEW_TOKENS} frames "
-             "(max_new_tokens) where the family takes it. A family's row is from its own run.", "",
-             "| family | starts | cold start | warm start | peak PSS | first audio | RTF (1) | "
+             "(max_new_tokens) where the family takes it. A family's row is from its own run, on the machine "
+             "it names (2 cores, 24 GiB each).", "",
+             "| family | measured | starts | cold start | warm start | peak PSS | first audio | RTF (1) | "
              f"{CONCURRENT} at once | KV holds (requests) | preempted |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         family = r["family"] + (f" (`{' '.join(r['flags'])}`)" if r.get("flags") else "")
+        on = r.get("machine") or {}
+        family += f" | {on.get('date', '?')}, {on.get('cpu', '?')}, {on.get('commit', '?')}"
         if r["refused"]:
             lines.append(f"| {family} | no: {r['refused'].replace('|', '/')} | | | {r['peak_pss_gib']} GiB "
                          "| | | | | |")
