@@ -101,10 +101,13 @@ def test_a_launch_that_cannot_fit_is_refused_with_weights_kv_and_the_requests_th
         size_cpu_kv("x_talker", path, args, 1, available=18 * GIB)
     # bfloat16 is offered only where the CPU runs it (the launcher refuses it elsewhere)
     with pytest.raises(SizingError) as here:
-        size_cpu_kv("x_talker", path, args, 1, available=18 * GIB, bf16=False)
+        size_cpu_kv("x_talker", path, args, 1, available=18 * GIB, bf16=None)
     assert "dtype=bfloat16" not in str(here.value) and "a CPU with AVX512-BF16 or AMX" in str(here.value)
-    with pytest.raises(SizingError, match="--engine-arg x_talker.dtype=bfloat16, or a machine with more memory"):
-        size_cpu_kv("x_talker", path, args, 1, available=18 * GIB, bf16=True)
+    with pytest.raises(SizingError, match=r"--dtype bfloat16 \(or --engine-arg x_talker.dtype=bfloat16\), or a "
+                                          "machine with more memory"):
+        size_cpu_kv("x_talker", path, args, 1, available=18 * GIB, bf16="native")
+    with pytest.raises(SizingError, match="dtype=bfloat16; emulated on this CPU: half the weights, slower"):
+        size_cpu_kv("x_talker", path, args, 1, available=18 * GIB, bf16="emulated")
     # weights (16 GiB) and their runtime alone over what is free: no max_model_len advice
     with pytest.raises(SizingError) as weights:
         size_cpu_kv("x_talker", path, args, 1, available=10 * GIB)

@@ -3,6 +3,11 @@
 CPUs with AVX512-BF16 or AMX (bf16 kernels); fp32 elsewhere, and always for an fp32
 checkpoint (the tiny test checkpoints: parity stays fp32). vLLM's own "auto" would run fp32
 weights in bf16. An explicit dtype the device cannot run is refused before anything loads.
+
+On an AVX-512 CPU without those (bf16 converted to fp32 in AVX-512 registers), vLLM runs
+bfloat16 when asked: half the weights' memory, so a checkpoint too large for fp32 can fit;
+measured on a 2-core Xeon with GLM-TTS's released 1.5 B Llama talker (docs/triton-on-cpu.md),
+1.22x fp32's decode speed alone and 0.37x at four requests at once, so "auto" stays fp32 there.
 """
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ from pathlib import Path
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ALIASES = {"float": "float32", "fp32": "float32", "bf16": "bfloat16", "half": "float16", "fp16": "float16"}
-CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")        # bf16 kernels
+CPU_BF16_EMULATED_FLAGS = ("avx512f",)             # bf16 runs, converted to fp32: asked for only
 # The launcher's --dtype: every vLLM stage's dtype over its model.json (--engine-arg wins).
 DTYPE_ENV = "TRITONTTS_DTYPE"
 
@@ -20,7 +26,8 @@ class DtypeError(ValueError):
 
 
 def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
-    """The bf16 instruction sets this CPU has (of CPU_BF16_FLAGS), from /proc/cpuinfo."""
+    """The instruction sets this CPU runs bf16 with (of CPU_BF16_FLAGS, then
+    CPU_BF16_EMULATED_FLAGS), from /proc/cpuinfo."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -31,7 +38,12 @@ def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
         if line.startswith("flags"):
             flags = set(line.partition(":")[2].split())
             break
-    return [f for f in CPU_BF16_FLAGS if f in flags]
+    return [f for f in CPU_BF16_FLAGS + CPU_BF16_EMULATED_FLAGS if f in flags]
+
+
+def native_bf16(bf16_flags: list[str]) -> list[str]:
+    """Those of `bf16_flags` that are bf16 kernels (not an emulation)."""
+    return [f for f in bf16_flags if f in CPU_BF16_FLAGS]
 
 
 def normalized(dtype: str) -> str:
@@ -51,8 +63,8 @@ def check_dtype(dtype: str, device: str, bf16_flags: list[str]) -> str:
         raise DtypeError("float16 does not run on vLLM's CPU backend: use float32, or bfloat16 on a CPU "
                          "with AVX512-BF16 or AMX")
     if not bf16_flags:
-        raise DtypeError("bfloat16 needs a CPU with AVX512-BF16 or AMX (this one has neither: vLLM's CPU "
-                         "backend has no bf16 kernels for it): use float32 or auto")
+        raise DtypeError("bfloat16 needs a CPU with AVX512-BF16 or AMX, or at least AVX-512 (this one has "
+                         "none: unverified with vLLM's CPU backend): use float32 or auto")
     return name
 
 
@@ -68,6 +80,9 @@ def resolve_dtype(given: str, checkpoint_dtype: str, device: str,
         return "float32", "auto: the checkpoint's own"
     if device.startswith("cuda"):
         return own, "auto: the checkpoint's own, on CUDA"
+    if native_bf16(bf16_flags):
+        return "bfloat16", f"auto: the checkpoint is {own} and this CPU has {', '.join(native_bf16(bf16_flags))}"
     if bf16_flags:
-        return "bfloat16", f"auto: the checkpoint is {own} and this CPU has {', '.join(bf16_flags)}"
+        return "float32", (f"auto: the checkpoint is {own} but this CPU has no AVX512-BF16 or AMX (--dtype "
+                           "bfloat16 runs here, emulated: half the memory, slower with several requests at once)")
     return "float32", f"auto: the checkpoint is {own} but this CPU has no AVX512-BF16 or AMX"

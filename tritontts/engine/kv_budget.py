@@ -277,7 +277,7 @@ def check_fits(stage: str, budget: KvBudget, free: int, room: str, remedy: str,
 
 def size_cpu_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: int,
                 available: int | None = None, config: dict | None = None, asked: bool = True,
-                bf16: bool = False) -> KvBudget:
+                bf16: str | None = None) -> KvBudget:
     """The CPU KV budget for `requests` full-length requests; SizingError, before the engine
     loads, when the weights, the engine's runtime and that KV do not fit in the memory
     available now (the launcher starts each engine after every other stage has loaded:
@@ -289,7 +289,11 @@ def size_cpu_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: 
     fit = (free - budget.weights - budget.runtime - budget.shape.block_bytes(budget.element)) // budget.request_bytes
     if not asked and 1 <= fit < requests:
         return dataclasses.replace(budget, requests=int(fit))
-    halve = f"--engine-arg {stage}.dtype=bfloat16, " if bf16 and budget.element == 4 else ""
+    # bf16: how this CPU runs bfloat16 ("native" kernels, "emulated" on AVX-512: half the
+    # memory, slower with several requests at once), None: not at all
+    halve = ""
+    if bf16 and budget.element == 4:
+        halve = f"--dtype bfloat16 (or --engine-arg {stage}.dtype=bfloat16{'' if bf16 == 'native' else '; emulated on this CPU: half the weights, slower with several requests at once'}), "
     more = "a machine with more memory" + ("" if bf16 else ", or a CPU with AVX512-BF16 or AMX (a bfloat16 "
                                              "checkpoint's weights run there at half the size)")
     return check_fits(stage, budget, free, "available",
