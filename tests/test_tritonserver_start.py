@@ -124,3 +124,20 @@ def test_a_stub_is_labelled_by_its_model_folder():
             "triton_tritontts_backend_shm_region_1", "1048576"]
     assert stage_label(stub) == "the stub of model higgs_audio_v2_decoder"
     assert stage_label(["python", "-m", "vllm.engine"]) == "python -m vllm.engine"
+
+
+def test_the_vllm_engines_load_alone_after_every_other_stage_then_their_ensembles():
+    """LoadOrder on the committed repositories: tritonserver loads every stage but the vLLM
+    engines at start (and a family without an engine whole), the launcher then each engine,
+    then the ensembles that need them; so an engine sizes its KV cache on what is left."""
+    from tritontts.deploy.tritonserver import MODEL_REPOSITORIES, LoadOrder
+    from tritontts.families import FAMILIES
+
+    order = LoadOrder.of(["piper", "cosyvoice3", "auk"], MODEL_REPOSITORIES, always=("tritontts_cancel",))
+    assert order.engines == ("cosyvoice3_talker", "auk_encoder")
+    assert order.after_engines == ("cosyvoice3", "auk")
+    assert set(order.at_start) == {"tritontts_cancel", "piper", *(s for f in ("cosyvoice3", "auk")
+                                                                   for s in FAMILIES[f].stages)} - set(order.engines)
+    server = TritonServer(models=["piper", "cosyvoice3"])
+    loaded = [a.removeprefix("--load-model=") for a in server.command() if a.startswith("--load-model=")]
+    assert "cosyvoice3_talker" not in loaded and "cosyvoice3" not in loaded and "piper" in loaded
