@@ -118,3 +118,26 @@ def test_the_batching_benchmark_runs_a_batch_as_one_call_on_and_request_by_reque
     assert [r["batch"] for r in rows] == [1, 4]
     assert rows[1]["on"]["audio_s_per_s"] == pytest.approx(rows[1]["on"]["requests_per_s"] * 0.5)
     assert "| counting | 3 values | 4 |" in table([{"family": "f", **r} for r in rows])
+
+
+def test_the_drift_benchmark_rebuilds_a_talkers_frames_and_counts_the_leading_frames_that_agree():
+    import numpy as np
+
+    from tritontts.benchmark.dtype_drift import compare, frames
+
+    def r(rows, **scalars):
+        return {"codes": np.array([rows]), **{k: np.array([[v]]) for k, v in scalars.items()}}
+
+    # codes streamed with context: each chunk's new frames only
+    streamed = [r([[1], [2]], left_context=0, right_context=1), r([[1], [2], [3], [4]], left_context=1, right_context=0)]
+    assert frames(streamed, "codes").reshape(-1).tolist() == [1, 2, 3, 4]
+    # all of a segment so far in each response: the response that ends each segment
+    segments = [r([[1]], segment_end=False), r([[1], [2]], segment_end=True), r([[7]], segment_end=False),
+                r([[7], [8]], segment_end=True)]
+    assert frames(segments, "codes").reshape(-1).tolist() == [1, 2, 7, 8]
+    a = np.array([[1, 1], [2, 2], [3, 3]])
+    assert compare(a, a)["all_agree"] and compare(a, a)["frames_agreeing"] == 3
+    other = compare(a, np.array([[1, 1], [2, 9], [3, 3]]))
+    assert other["frames_agreeing"] == 1 and not other["all_agree"]
+    floats = compare(a.astype(np.float32), a.astype(np.float32) + 0.5)
+    assert floats["max_abs_diff"] == 0.5 and not floats["all_agree"]

@@ -10,7 +10,7 @@ other; every other stage fp32 on both), the same seeded requests to each. Per fa
 
 The vLLM stage's frames are read by running the ensemble's steps up to it over gRPC, each
 step's inputs wired as the ensemble wires them, and reading the stage's own stream: its
-first output, less each response's left context (codes streamed with context), or, for a
+first output, less each response's context frames (codes streamed with context), or, for a
 stage that sends all of a segment so far, the response that ends each segment.
 
   .venv/bin/python -m tritontts.benchmark.dtype_drift [--families A,B] [--requests 4] [--json OUT]
@@ -107,7 +107,8 @@ def frames(responses: list[dict[str, np.ndarray]], primary: str) -> np.ndarray:
     for k, r in enumerate(responses):
         out = r[primary][0]                                           # the batch's one row
         if "left_context" in r:
-            rows.append(out[int(r["left_context"].reshape(-1)[0]):])
+            right = int(r["right_context"].reshape(-1)[0]) if "right_context" in r else 0
+            rows.append(out[int(r["left_context"].reshape(-1)[0]):len(out) - right])
         elif "segment_end" in r:
             if bool(r["segment_end"].reshape(-1)[0]) or k == len(responses) - 1:
                 rows.append(out)
