@@ -130,14 +130,20 @@ def test_the_vllm_engines_load_alone_after_every_other_stage_then_their_ensemble
     """LoadOrder on the committed repositories: tritonserver loads every stage but the vLLM
     engines at start (and a family without an engine whole), the launcher then each engine,
     then the ensembles that need them; so an engine sizes its KV cache on what is left."""
-    from tritontts.deploy.tritonserver import MODEL_REPOSITORIES, LoadOrder
+    from tritontts.deploy.profiles import engine_settings_path
+    from tritontts.deploy.tritonserver import MODEL_REPOSITORIES, STAGE_REPOSITORY, LoadOrder
     from tritontts.families import FAMILIES
 
-    order = LoadOrder.of(["piper", "cosyvoice3", "auk"], MODEL_REPOSITORIES, always=("tritontts_cancel",))
-    assert order.engines == ("cosyvoice3_talker", "auk_encoder")
-    assert order.after_engines == ("cosyvoice3", "auk")
-    assert set(order.at_start) == {"tritontts_cancel", "piper", *(s for f in ("cosyvoice3", "auk")
-                                                                   for s in FAMILIES[f].stages)} - set(order.engines)
-    server = TritonServer(models=["piper", "cosyvoice3"])
+    def engines(family):
+        return [s for s in FAMILIES[family].stages if engine_settings_path(STAGE_REPOSITORY / s)]
+
+    plain = next(f for f in FAMILIES if not engines(f))
+    talking = [f for f in FAMILIES if engines(f)][:2]
+    order = LoadOrder.of([plain, *talking], MODEL_REPOSITORIES, always=("tritontts_cancel",))
+    assert order.engines == tuple(e for f in talking for e in engines(f))
+    assert order.after_engines == tuple(talking)
+    assert set(order.at_start) == {"tritontts_cancel", plain, *(s for f in talking for s in FAMILIES[f].stages)} \
+        - set(order.engines)
+    server = TritonServer(models=[plain, talking[0]])
     loaded = [a.removeprefix("--load-model=") for a in server.command() if a.startswith("--load-model=")]
-    assert "cosyvoice3_talker" not in loaded and "cosyvoice3" not in loaded and "piper" in loaded
+    assert plain in loaded and talking[0] not in loaded and not set(engines(talking[0])) & set(loaded)

@@ -153,7 +153,7 @@ def measure_served_family(name: str, checkpoint: Path, work: Path, size: str, co
     import asyncio
 
     from .load import run_level
-    from .released import capped_bodies
+    from .load import capped_bodies
 
     rate = FAMILIES[name].capabilities.sample_rate
     body = capped_bodies(name)

@@ -4,7 +4,7 @@ other; every other stage fp32 on both), the same seeded requests to each. Per fa
 
   frames agreeing   how many of the vLLM stage's first frames (sampled codes or tokens)
                     are equal in both, of how many fp32 made; for a stage whose frames are
-                    floats (VoxCPM2's latents, AuK's condition) the largest difference instead
+                    floats (latents, a condition) the largest difference instead
   audio             max-abs-diff of the whole audio (over the shorter), and the peak, where
                     every frame agreed
 
@@ -15,9 +15,8 @@ stage that sends all of a segment so far, the response that ends each segment.
 
   .venv/bin/python -m tritontts.benchmark.dtype_drift [--families A,B] [--requests 4] [--json OUT]
 
-Not a test (it needs bfloat16 kernels to say anything about speed; drift it measures on any
-CPU that runs bfloat16). Speed at released size needs a CPU with AVX512-BF16 or AMX, or a
-GPU (scripts/gpu_check.py).
+Not a test. Drift it measures on any CPU that runs bfloat16 (tritontts.engine.engine_dtype);
+speed is measured at released size (docs/triton-on-cpu.md, scripts/gpu_check.py on a GPU).
 """
 from __future__ import annotations
 
@@ -142,8 +141,7 @@ def audio_of(url: str, family: str, text: str, params: dict) -> np.ndarray:
 def measure_family(name: str, checkpoint: Path, work: Path, requests: int) -> dict[str, Any]:
     from ..deploy.repository import STAGE_REPOSITORY, read_config
     from ..testing.stack import TINY_KV_REQUESTS, Stack
-    from .load import TEXTS
-    from .released import capped_bodies
+    from .load import TEXTS, capped_bodies
 
     family = FAMILIES[name]
     engine = engine_stages(family)[0]

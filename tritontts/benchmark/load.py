@@ -201,3 +201,19 @@ def request_bodies(model: str, extra: dict[str, Any], seeded: bool,
             request.setdefault("seed", i)
         return request
     return body
+
+
+MAX_NEW_TOKENS = 100      # frames per request where a family takes max_new_tokens (4-8 s of audio)
+
+
+def capped_bodies(name: str) -> Callable[[int], dict[str, Any]]:
+    """The family's requests on a random checkpoint: the load texts, seeded, with its
+    example fields, at most MAX_NEW_TOKENS frames where it takes max_new_tokens (random
+    weights rarely stop on their own: a talker would run to its full length)."""
+    from ..families import FAMILIES
+
+    family = FAMILIES[name]
+    extra = family.example_params()
+    if "max_new_tokens" in family.fields.takes:
+        extra.setdefault("max_new_tokens", MAX_NEW_TOKENS)
+    return request_bodies(name, extra, seeded=True, texts=TEXTS)

@@ -32,12 +32,11 @@ from typing import Any
 import httpx
 
 from ..families import FAMILIES
-from .load import TEXTS, request_bodies
+from .load import MAX_NEW_TOKENS, capped_bodies
 from .report import machine
 
 GIB = 2 ** 30
 CONCURRENT = 4
-MAX_NEW_TOKENS = 100      # frames per request where a family takes max_new_tokens (4-8 s of audio)
 
 
 def pss_bytes(pids) -> int:
@@ -131,17 +130,6 @@ def logged_preemptions(stack) -> int:
     """Times vLLM preempted a request for KV room in this stack (the engine host logs each)."""
     log = stack.triton_log.read_text() if stack.triton_log.exists() else ""
     return log.count("vLLM preempted request")
-
-
-def capped_bodies(name: str):
-    """The family's requests on a random checkpoint: the load texts, seeded, with its
-    example fields, at most MAX_NEW_TOKENS frames where it takes max_new_tokens (random
-    weights rarely stop on their own: a talker would run to its full length)."""
-    family = FAMILIES[name]
-    extra = family.example_params()
-    if "max_new_tokens" in family.fields.takes:
-        extra.setdefault("max_new_tokens", MAX_NEW_TOKENS)
-    return request_bodies(name, extra, seeded=True, texts=TEXTS)
 
 
 def measure(name: str, checkpoint: Path | None, work: Path, timeout: float,
