@@ -27,6 +27,7 @@ SIZING = {stage: gpu_sizing(STAGE_REPOSITORY / stage) for stage in STAGES}
 ENGINES = sorted(s for s in STAGES if profiles.engine_settings_path(STAGE_REPOSITORY / s))
 CPU_STAGES = {s for s in STAGES if SIZING[s].device == "cpu"}
 WITH_PARAMETERS = sorted(s for s in STAGES if SIZING[s].parameters)
+WITH_RUNTIME = sorted(s for s in STAGES if "runtime" in SIZING[s].parameters)
 # What every engine served together on an 80 GiB card got from the global table this
 # replaced (each gpu.json's weights + KV cache were written to keep it): a regression check.
 FORMER_SHARES = {"cosyvoice3_talker": 0.05, "qwen3_tts_talker": 0.08, "higgs_audio_v2_talker": 0.17,
@@ -100,6 +101,14 @@ def test_each_stage_runs_where_the_profile_says(gpu_repository, stage):
 
 
 @pytest.mark.parametrize("stage", WITH_PARAMETERS)
+def test_every_parameter_a_gpu_json_gives_is_set_once_over_the_committed_one(gpu_repository, stage):
+    text = (gpu_repository / stage / "config.pbtxt").read_text()
+    parameters = config(gpu_repository, stage).parameters
+    for key, value in SIZING[stage].parameters.items():
+        assert parameters[key].string_value == value and text.count(f'key: "{key}"') == 1, (stage, key)
+
+
+@pytest.mark.parametrize("stage", WITH_RUNTIME)
 def test_runtime_and_precision_are_set_once(gpu_repository, stage):
     text = (gpu_repository / stage / "config.pbtxt").read_text()
     parameters = config(gpu_repository, stage).parameters
