@@ -97,3 +97,14 @@ def test_the_parser_requires_a_reference_and_names_what_it_cannot_do():
     with pytest.raises(InvalidRequest, match="unknown parameter"):
         parse_glm_tts_params({"temperature": 0.5})
     assert parse_glm_tts_params({"voice_features": "AAAA", "speed": 1, "top_k": 5}).sampling == {"top_k": 5}
+
+
+@pytest.mark.parametrize("value", [0, 4097, 2.5, "100", True])
+def test_max_new_tokens_outside_1_to_4096_is_refused_naming_the_range(value):
+    with pytest.raises(InvalidRequest, match="max_new_tokens must be an integer from 1 to 4096"):
+        parse_glm_tts_params({"voice_features": "AAAA", "max_new_tokens": value})
+
+
+def test_max_new_tokens_is_carried_and_absent_means_no_cap():
+    assert parse_glm_tts_params({"voice_features": "AAAA", "max_new_tokens": 100}).max_new_tokens == 100
+    assert parse_glm_tts_params({"voice_features": "AAAA"}).max_new_tokens is None

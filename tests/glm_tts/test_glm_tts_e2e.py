@@ -47,7 +47,8 @@ class InProcessStages:
         self.flow = GLMTTSFlowStage(context("glm_tts_flow"), ckpt)
         self.vocoder = GLMTTSVocoderStage(context("glm_tts_vocoder"), ckpt)
 
-    def chunks(self, text: str, params: dict) -> list[np.ndarray]:
+    def talk(self, text: str, params: dict):
+        """The talker's chunks for this request, and the prompt stage's outputs it was given."""
         from tritontts.serving.stage import Inputs
 
         prompt = self.prompt.run(Inputs(text=np.array([text.encode()]), voice=np.array([b""]),
@@ -57,8 +58,14 @@ class InProcessStages:
 
         async def talk():
             return [chunk async for chunk in self.talker.run(given)]
+        return self.talker.submit(talk()).result(), given
+
+    def chunks(self, text: str, params: dict) -> list[np.ndarray]:
+        from tritontts.serving.stage import Inputs
+
+        talked, given = self.talk(text, params)
         audio = []
-        for chunk in self.talker.submit(talk()).result():
+        for chunk in talked:
             step = Inputs({k: np.atleast_1d(np.asarray(v)) for k, v in chunk.items()})
             for name in ("prompt_tokens", "prompt_mel", "embedding", "seed", "stream_id"):
                 step[name] = given[name]
@@ -125,6 +132,26 @@ def test_non_streaming_mode_is_the_whole_utterance_synthesis_per_segment(stack, 
     assert relative > 0.05
     bad = speak(http, non_streaming_mode="yes")
     assert bad.status_code == 400 and "non_streaming_mode" in bad.json()["error"]["message"]
+
+
+def test_max_new_tokens_counts_across_segments_and_the_last_chunk_it_allows_is_final(in_process):
+    """max_new_tokens is the request's: a budget past the first segment's tokens leaves the
+    rest to the second, whose tokens are the uncapped run's first ones; a budget the first
+    segment spends ends the stream there, final, without a second segment."""
+    params = {**REF, "seed": 3}
+
+    def segments(**extra):
+        talked, _ = in_process.talk(TEXT, {**params, **extra})
+        assert [bool(c["is_final"]) for c in talked] == [False] * (len(talked) - 1) + [True]
+        ends = [c for c in talked if c["segment_end"]]
+        return [list(c["speech_tokens"]) for c in ends]
+
+    uncapped = segments()
+    assert len(uncapped) == 2 and len(uncapped[1]) > 5, [len(s) for s in uncapped]
+    first = len(uncapped[0])
+    assert segments(max_new_tokens=first + 5) == [uncapped[0], uncapped[1][:5]]
+    assert segments(max_new_tokens=first) == [uncapped[0]]
+    assert segments(max_new_tokens=first - 1) == [uncapped[0][:first - 1]]
 
 
 def test_concurrent_streams_keep_their_own_flow_and_vocoder_state(http):

@@ -6,6 +6,8 @@ prompt stage and the HTTP front both call parse_glm_tts_params).
                         file:// paths into it) and its transcript
   voice_features        a stored voice (tritontts.voice), replacing ref_audio + ref_text
   seed                  the talker's sampler and the flow's starting noise
+  max_new_tokens        1..4096 speech tokens for the whole request (25 a second); without
+                        it each segment runs to upstream's cap (20 tokens per text token)
   top_p, top_k, win_size, tau_r   repetition-aware sampling overrides (upstream's defaults
                         0.8, 25, 10, 0.1)
   non_streaming_mode    true: upstream's whole-utterance synthesis (each segment's tokens
@@ -22,10 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...sampling import sampling_overrides
-from ...protocol import InvalidRequest, RequestFields, seed_param, speed_refusal
+from ...protocol import InvalidRequest, RequestFields, int_param, seed_param, speed_refusal
 from ...voice import VOICE_FEATURES, transcribed_reference
 
 SAMPLING_KNOBS = ("top_p", "top_k", "win_size", "tau_r")
+MAX_NEW_TOKENS = 4096          # speech tokens a request may ask for (164 s at 25 a second)
 UNSUPPORTED = {
     "instructions": "GLM-TTS takes no style instructions; it speaks in the voice and manner "
                     "of ref_audio",
@@ -40,6 +43,8 @@ FIELDS = RequestFields(
         "ref_text": "its transcript, required with ref_audio",
         VOICE_FEATURES: "a stored voice (tritontts.voice), sent by the front for an uploaded one",
         "seed": "the talker's sampler and the flow's starting noise",
+        "max_new_tokens": "1..4096 speech tokens for the whole request (25 a second); the audio "
+                          "ends where they run out (default: each segment's own cap, 20 per text token)",
         "top_p": "RAS sampling override (upstream 0.8)",
         "top_k": "RAS sampling override (upstream 25)",
         "win_size": "RAS window (upstream 10)",
@@ -61,6 +66,7 @@ class GLMTTSParams:
     seed: int | None
     sampling: dict = field(default_factory=dict)
     whole: bool | None = None            # non_streaming_mode (None: the talker's default)
+    max_new_tokens: int | None = None    # speech tokens for the whole request (None: no cap)
 
 
 def parse_glm_tts_params(params: dict[str, Any]) -> GLMTTSParams:
@@ -73,4 +79,5 @@ def parse_glm_tts_params(params: dict[str, Any]) -> GLMTTSParams:
     if whole is not None and not isinstance(whole, bool):
         raise InvalidRequest(f"non_streaming_mode must be true or false, got {whole!r}")
     return GLMTTSParams(ref_audio, ref_text, features, seed_param(params),
-                        sampling_overrides(params, SAMPLING_KNOBS), whole)
+                        sampling_overrides(params, SAMPLING_KNOBS), whole,
+                        int_param(params, "max_new_tokens", 1, MAX_NEW_TOKENS))
