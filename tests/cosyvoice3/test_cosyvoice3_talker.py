@@ -243,3 +243,58 @@ def test_a_request_samples_by_its_method_else_the_stage_default_with_that_method
         parse_cosyvoice3_params({**ref, "sampling_method": "ras", "temperature": 0.5})
     with pytest.raises(InvalidRequest, match="sampling_method must be one of"):
         parse_cosyvoice3_params({**ref, "sampling_method": "beam"})
+
+
+@pytest.mark.parametrize("budget,bounds,finals", [
+    (0, [(4, 40), (4, 40), (4, 40)], [False, False, True]),     # no max_new_tokens
+    (50, [(4, 40), (4, 10)], [False, True]),                     # into the second segment
+    (40, [(4, 40)], [True]),                                      # spent by the first exactly
+    (2, [(2, 2)], [True]),                                        # below a segment's minimum
+])
+def test_max_new_tokens_cuts_the_segments_bounds_and_the_segment_that_spends_it_is_final(
+        budget, bounds, finals):
+    """The talker's loop over segments, with a talk() that runs each segment to its cap:
+    each segment is asked for at most what is left of the request's budget, and the stream
+    ends (final) with the segment that spends it."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from tritontts.engine.vllm_talker import TOKEN_BUDGET
+    from tritontts.families.cosyvoice3.stages import CosyVoice3TalkerStage
+    from tritontts.protocol import IS_FINAL, STREAM_ID
+    from tritontts.serving.stage import Inputs
+
+    asked = []
+
+    async def talk(request_id, prompt_ids, low, high, seed, prompt_tokens, cancelled, ras):
+        asked.append((low, high))
+        yield list(range(high)), SimpleNamespace(tokens_upto=high, token_offset=0, segment_end=True)
+
+    stage = object.__new__(CosyVoice3TalkerStage)
+    stage.talk = talk
+    stage.request_sampling = lambda overrides: {}
+    inputs = Inputs(prompt_ids=np.arange(9), segment_lengths=np.array([3, 3, 3]),
+                    min_tokens=np.array([4, 4, 4]), max_tokens=np.array([40, 40, 40]),
+                    seed=np.array([1]), prompt_tokens=np.arange(5), **{STREAM_ID: np.array([7]),
+                    TOKEN_BUDGET: np.array([budget], np.int32)})
+
+    async def responses():
+        return [r async for r in stage.run(inputs)]
+    got = asyncio.run(responses())
+    assert asked == bounds
+    assert [bool(r[IS_FINAL]) for r in got] == finals
+    assert sum(len(r["speech_tokens"]) for r in got) == sum(high for _, high in bounds)
+
+
+@pytest.mark.parametrize("value", [0, 4097, 2.5, "100", True])
+def test_max_new_tokens_outside_1_to_4096_is_refused_naming_the_range(value):
+    from tritontts.families.cosyvoice3.request import parse_cosyvoice3_params
+    from tritontts.protocol import InvalidRequest
+
+    ref = {"ref_audio": "UklGRg==", "ref_text": "Hi."}
+    with pytest.raises(InvalidRequest, match="max_new_tokens must be an integer from 1 to 4096"):
+        parse_cosyvoice3_params({**ref, "max_new_tokens": value})
+    assert parse_cosyvoice3_params({**ref, "max_new_tokens": 100}).max_new_tokens == 100
+    assert parse_cosyvoice3_params({"voice_features": "AAAA", "max_new_tokens": 7}).max_new_tokens == 7

@@ -55,6 +55,39 @@ def engine_arg_overrides(stage: str, environ=None) -> dict[str, Any]:
     return dict(json.loads(text).get(stage, {})) if text else {}
 
 
+# A request's max_new_tokens, handed from its prompt stage to a talker that generates its
+# segments one after another (INT32 [1]; 0: no cap beyond each segment's own).
+TOKEN_BUDGET = "token_budget"
+
+
+class TokenBudget:
+    """max_new_tokens counted across a request's segments: each segment's token bounds are
+    cut to what is left, and the segment that spends it is the request's last."""
+
+    def __init__(self, total: int | None):
+        self.left = total
+
+    @classmethod
+    def of(cls, inputs) -> "TokenBudget":
+        return cls(int(inputs.scalar(TOKEN_BUDGET, 0)) or None)
+
+    def bounds(self, min_tokens: int, max_tokens: int) -> tuple[int, int]:
+        if self.left is None:
+            return min_tokens, max_tokens
+        return min(min_tokens, self.left), min(max_tokens, self.left)
+
+    def spent_by(self, tokens: int) -> bool:
+        """Whether a segment that made `tokens` so far has used all that was left."""
+        return self.left is not None and tokens >= self.left
+
+    def spend(self, tokens: int) -> bool:
+        """Counts a finished segment's tokens; True when nothing is left."""
+        if self.left is None:
+            return False
+        self.left -= tokens
+        return self.left <= 0
+
+
 def no_audio():
     """What a talker whose engine made no frame at all answers (it cannot happen: an engine
     request ends after a step, which makes a frame, the end frame included); a talker whose

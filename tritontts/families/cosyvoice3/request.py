@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...sampling import METHOD, sampling_overrides
-from ...protocol import InvalidRequest, RequestFields, audio_param, seed_param
+from ...protocol import InvalidRequest, RequestFields, audio_param, int_param, seed_param
 from ...voice import VOICE_FEATURES, voice_features_param
 
 # Upstream's repetition-aware sampling knobs (cosyvoice3.yaml llm.sampling), overridable;
@@ -17,6 +17,7 @@ STANDARD_KNOBS = ("temperature", "top_p", "top_k", "repetition_penalty")
 SAMPLING_KNOBS = tuple(dict.fromkeys(RAS_KNOBS + STANDARD_KNOBS))
 # vLLM-Omni's H200 profile for CosyVoice3 (standard sampling instead of RAS).
 STANDARD_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.21}
+MAX_NEW_TOKENS = 4096          # speech tokens a request may ask for (164 s at 25 a second)
 FIELDS = RequestFields(
     takes={
         "ref_audio":
@@ -24,6 +25,8 @@ FIELDS = RequestFields(
         "ref_text": "its transcript, required with ref_audio",
         VOICE_FEATURES: "a stored voice (tritontts.voice), sent by the front for an uploaded one",
         "seed": "the talker's sampler and the flow's noise",
+        "max_new_tokens": "1..4096 speech tokens for the whole request (25 a second); the audio ends where "
+                          "they run out (default: each segment's own cap, 20 per text token)",
         "speed": "1 only in the stages (the HTTP front time-stretches other speeds)",
         METHOD: "ras (upstream's repetition-aware sampling; the default, or the talker's model.json "
                 "sampling_method: --stage-setting cosyvoice3_talker.sampling_method=standard) or standard "
@@ -45,6 +48,7 @@ class CosyVoice3Params:
     seed: int | None
     voice_features: bytes | None = None   # a stored voice's features (tritontts.voice)
     sampling: dict = field(default_factory=dict)   # checked overrides (tritontts.sampling)
+    max_new_tokens: int | None = None     # speech tokens for the whole request (None: no cap)
 
 
 def sampling_of(params: dict[str, Any]) -> dict:
@@ -74,6 +78,7 @@ def parse_cosyvoice3_params(params: dict[str, Any]) -> CosyVoice3Params:
     speed = params.get("speed", 1.0)
     if speed not in (None, 1, 1.0):
         raise InvalidRequest("cosyvoice3 streams at speed 1.0 only; omit speed")
+    budget = int_param(params, "max_new_tokens", 1, MAX_NEW_TOKENS)
     ref_audio, ref_text = params.get("ref_audio"), params.get("ref_text")
     if params.get(VOICE_FEATURES) is not None:
         if ref_audio is not None or ref_text is not None:
@@ -81,10 +86,10 @@ def parse_cosyvoice3_params(params: dict[str, Any]) -> CosyVoice3Params:
                                  "send one or the other")
         return CosyVoice3Params(None, None, seed_param(params),
                                 voice_features_param(params[VOICE_FEATURES]),
-                                sampling_of(params))
+                                sampling_of(params), budget)
     if not ref_audio or not isinstance(ref_audio, str):
         raise InvalidRequest("cosyvoice3 clones a voice: ref_audio (base64 audio, 1-30 s) is required")
     if not ref_text or not isinstance(ref_text, str) or not ref_text.strip():
         raise InvalidRequest("cosyvoice3 clones a voice: ref_text (the transcript of ref_audio) is required")
     return CosyVoice3Params(audio_param(ref_audio), ref_text.strip(), seed_param(params),
-                            sampling=sampling_of(params))
+                            sampling=sampling_of(params), max_new_tokens=budget)

@@ -24,7 +24,7 @@ from ...protocol import (
 from ...serving.stage import (
     PREPARES_REQUESTS, GroupedStage, Inputs, Stage, StageContext, begin_request, default_voice_only)
 from ...text import normalize, split_sentences
-from ...engine.vllm_talker import VllmTalkerStage
+from ...engine.vllm_talker import TOKEN_BUDGET, TokenBudget, VllmTalkerStage
 from .checkpoint import CosyVoice3Checkpoint
 from .family import FAMILY
 from .hops import HopSchedule, TokenChunk, TokenChunker
@@ -101,6 +101,7 @@ class CosyVoice3PromptStage(Stage):
             "segment_lengths": [len(seg.prompt_ids) for seg in job.segments],
             "min_tokens": [seg.min_tokens for seg in job.segments],
             "max_tokens": [seg.max_tokens for seg in job.segments],
+            TOKEN_BUDGET: start.params.max_new_tokens or 0,       # 0: each segment's own cap
             "seed": start.seed,
             SAMPLING: sampling.encode(start.params.sampling),
             "prompt_tokens": job.prompt.speech_tokens,
@@ -188,15 +189,20 @@ class CosyVoice3TalkerStage(VllmTalkerStage):
         seed = int(inputs.scalar("seed"))
         ras = self.request_sampling(sampling.decode(inputs.scalar(SAMPLING, "")))
         prompt_tokens = inputs.flat("prompt_tokens").size
+        budget = TokenBudget.of(inputs)
         for k, prompt_ids in enumerate(prompts):
             last_segment = k == len(prompts) - 1
+            low, high = budget.bounds(int(min_tokens[k]), int(max_tokens[k]))
+            tokens: list[int] = []
             async for tokens, chunk in self.talk(
-                    f"{stream_id}-{k}", prompt_ids.tolist(), int(min_tokens[k]), int(max_tokens[k]),
+                    f"{stream_id}-{k}", prompt_ids.tolist(), low, high,
                     (seed + k) % 2**63, prompt_tokens, inputs.cancelled, ras):
                 yield {"speech_tokens": tokens[:chunk.tokens_upto],
                        "token_offset": chunk.token_offset,
                        "segment_end": chunk.segment_end,
-                       IS_FINAL: chunk.segment_end and last_segment}
+                       IS_FINAL: chunk.segment_end and (last_segment or budget.spent_by(len(tokens)))}
+            if budget.spend(len(tokens)):
+                return              # max_new_tokens spent: the audio ends with this segment
 
     async def talk(self, request_id: str, prompt_ids: list[int], min_tokens: int, max_tokens: int,
                    seed: int, prompt_tokens: int, cancelled=lambda: False, ras: dict | None = None

@@ -32,7 +32,7 @@ from ...protocol import (
     decode_params)
 from ...serving.stage import PREPARES_REQUESTS, Inputs, Stage, StageContext, begin_request, default_voice_only
 from ...text import normalize, split_sentences
-from ...engine.vllm_talker import VllmTalkerStage
+from ...engine.vllm_talker import TOKEN_BUDGET, TokenBudget, VllmTalkerStage
 from .checkpoint import GLMTTSCheckpoint
 from .family import FAMILY
 from .flow import FlowCache, build_flow, frame_noise
@@ -102,7 +102,7 @@ class GLMTTSPromptStage(Stage):
                 SAMPLING: sampling.encode(params.sampling), STREAM_ID: start.stream_id,
                 # non_streaming_mode: 1 whole utterances, 0 streamed, -1 the talker's default
                 "whole": -1 if params.whole is None else int(params.whole),
-                "max_tokens": params.max_new_tokens or 0}      # 0: each segment's own cap
+                TOKEN_BUDGET: params.max_new_tokens or 0}      # 0: each segment's own cap
 
     def voice_fingerprint(self) -> str:
         return self.extractor.fingerprint
@@ -145,7 +145,7 @@ class GLMTTSTalkerStage(VllmTalkerStage):
         ras = sampling.apply(RAS_DEFAULTS, sampling.decode(inputs.scalar(SAMPLING, "")))
         asked = int(inputs.scalar("whole", -1))
         whole = bool(self.settings.get("non_streaming_mode", False)) if asked < 0 else bool(asked)
-        left = int(inputs.scalar("max_tokens", 0)) or None      # max_new_tokens: the request's
+        budget = TokenBudget.of(inputs)
         history = History()
         for k, text in enumerate(texts):
             history.prune(prompt_text, prompt_speech, text)
@@ -153,30 +153,26 @@ class GLMTTSTalkerStage(VllmTalkerStage):
                                         self.ids.boa, self.ids.ats)
             tokens: list[int] = []
             async for tokens, chunk in self.talk(f"{stream_id}-{k}", prompt_ids, len(text),
-                                                 seed, ras, inputs.cancelled, budget=left):
+                                                 seed, ras, inputs.cancelled, budget):
                 if whole and not chunk.last:
                     continue        # a whole utterance: the segment's tokens in one chunk, at its end
-                spent = left is not None and len(tokens) >= left
+                spent = budget.spent_by(len(tokens))
                 yield {"speech_tokens": np.asarray(tokens[:chunk.tokens], np.int32),
                        "segment": k, "chunk_in_segment": 0 if whole else chunk.index,
                        "look_ahead": 0 if whole else chunk.look_ahead, "segment_end": chunk.last,
                        "whole": whole, IS_FINAL: chunk.last and (k == len(texts) - 1 or spent)}
-            if left is not None:
-                left -= len(tokens)
-                if left <= 0:
-                    return          # max_new_tokens spent: the audio ends with this segment
+            if budget.spend(len(tokens)):
+                return              # max_new_tokens spent: the audio ends with this segment
             history.add(text, tokens)
 
     async def talk(self, request_id: str, prompt_ids: list[int], text_tokens: int, seed: int,
-                   ras: dict, cancelled=lambda: False, budget: int | None = None):
-        """One segment: (speech tokens so far, Chunk) per chunk, the last one included; at
-        most `budget` tokens when given (what is left of max_new_tokens). Upstream reseeds
-        before every segment; a vLLM request's seed does the same."""
+                   ras: dict, cancelled=lambda: False, budget: TokenBudget | None = None):
+        """One segment: (speech tokens so far, Chunk) per chunk, the last one included,
+        within what is left of the request's max_new_tokens. Upstream reseeds before every
+        segment; a vLLM request's seed does the same."""
         from vllm import SamplingParams
 
-        min_tokens, max_tokens = token_bounds(text_tokens)
-        if budget is not None:
-            min_tokens, max_tokens = min(min_tokens, budget), min(max_tokens, budget)
+        min_tokens, max_tokens = (budget or TokenBudget(None)).bounds(*token_bounds(text_tokens))
         room = self.max_model_len - len(prompt_ids)
         if room <= min_tokens:
             raise InvalidRequest(f"the reference and text need {len(prompt_ids)} of the talker's "
