@@ -141,3 +141,17 @@ def test_the_drift_benchmark_rebuilds_a_talkers_frames_and_counts_the_leading_fr
     assert other["frames_agreeing"] == 1 and not other["all_agree"]
     floats = compare(a.astype(np.float32), a.astype(np.float32) + 0.5)
     assert floats["max_abs_diff"] == 0.5 and not floats["all_agree"]
+
+
+def test_the_dtype_speed_table_gives_bf16_over_fp32_and_names_an_arm_that_did_not_start():
+    from tritontts.benchmark.dtype_speed import table
+
+    def arm(alone, together):
+        return {"refused": None, "alone": {"frames_per_s": alone}, "at_once": {"frames_per_s": together}}
+
+    rows = [{"family": "a", "stage": "a_talker", "arms": {"float32": arm(4.0, 10.0), "bfloat16": arm(5.0, 4.0)}},
+            {"family": "b", "stage": "b_talker",
+             "arms": {"float32": {"refused": "b_talker: does not fit: weights 21 GiB"}, "bfloat16": arm(2.0, 6.0)}}]
+    text = table(rows)
+    assert "| a | a_talker | 4.00 / 10.00 | 5.00 / 4.00 | 1.25x | 0.40x |" in text
+    assert "| b | b_talker | does not start: b_talker: does not fit: weights 21 GiB | 2.00 / 6.00 | - | - |" in text

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import queue
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +76,10 @@ def stream(client, model: str, tensors: dict[str, np.ndarray], timeout: float) -
         client.stop_stream(cancel_requests=not ended)
 
 
-def engine_stream(url: str, family, text: str, params: dict, timeout: float = 600.0):
+def engine_stream(url: str, family, text: str, params: dict, timeout: float = 600.0, timed=None):
     """(the vLLM stage's name, its responses) for one request: the ensemble's steps up to
-    it run over gRPC, each fed as the ensemble feeds it."""
+    it run over gRPC, each fed as the ensemble feeds it. `timed`, a list, gets the vLLM
+    step's (start, end) in time.monotonic() seconds."""
     import tritonclient.grpc as grpcclient
 
     from ..deploy.repository import ENSEMBLE_REPOSITORY, read_config
@@ -90,8 +92,11 @@ def engine_stream(url: str, family, text: str, params: dict, timeout: float = 60
     try:
         for step in steps:
             given = {model_input: tensors[name] for model_input, name in step.input_map.items()}
+            began = time.monotonic()
             responses = stream(client, step.model_name, given, timeout)
             if step.model_name == engine:
+                if timed is not None:
+                    timed.append((began, time.monotonic()))
                 return engine, responses
             (outputs,) = responses
             tensors.update({name: outputs[model_output] for model_output, name in step.output_map.items()})
