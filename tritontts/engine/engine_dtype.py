@@ -84,5 +84,5 @@ def resolve_dtype(given: str, checkpoint_dtype: str, device: str,
         return "bfloat16", f"auto: the checkpoint is {own} and this CPU has {', '.join(native_bf16(bf16_flags))}"
     if bf16_flags:
         return "float32", (f"auto: the checkpoint is {own} but this CPU has no AVX512-BF16 or AMX (--dtype "
-                           "bfloat16 runs here, emulated: half the memory, slower with several requests at once)")
+                           "bfloat16 runs here, emulated: half the memory, slower, most with several requests at once)")
     return "float32", f"auto: the checkpoint is {own} but this CPU has no AVX512-BF16 or AMX"

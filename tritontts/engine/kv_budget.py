@@ -293,7 +293,7 @@ def size_cpu_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: 
     # memory, slower with several requests at once), None: not at all
     halve = ""
     if bf16 and budget.element == 4:
-        halve = f"--dtype bfloat16 (or --engine-arg {stage}.dtype=bfloat16{'' if bf16 == 'native' else '; emulated on this CPU: half the weights, slower with several requests at once'}), "
+        halve = f"--dtype bfloat16 (or --engine-arg {stage}.dtype=bfloat16{'' if bf16 == 'native' else '; emulated on this CPU: half the weights, slower, most with several requests at once'}), "
     more = "a machine with more memory" + ("" if bf16 else ", or a CPU with AVX512-BF16 or AMX (a bfloat16 "
                                              "checkpoint's weights run there at half the size)")
     return check_fits(stage, budget, free, "available",
