@@ -8,6 +8,8 @@ time to first audio and real-time factor of one request, and whether 4 requests 
 all served, with the KV capacity the talkers logged (4 full-length requests hold, so vLLM
 never preempts them). Where a family takes `max_new_tokens`, requests are capped at 100
 frames: random weights rarely stop on their own. Not a test: hours on a 2-core machine for every family.
+Disk: the cache holds each checkpoint as released (2-12 GB each, about 62 GB for all eleven,
+plus about 3 GB of exports and logs under its work/); delete a family's folder to reclaim it.
 
   .venv/bin/python -m tritontts.benchmark.released --families FAMILY,FAMILY \\
       --cache ~/.cache/tritontts-released --out docs/benchmarks/released
