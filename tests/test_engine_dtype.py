@@ -2,7 +2,7 @@
 the device runs it well, fp32 elsewhere and for fp32 checkpoints; refusals name what to use."""
 import pytest
 
-from tritontts.engine.engine_dtype import DtypeError, check_dtype, cpu_bf16_flags, resolve_dtype
+from tritontts.engine.engine_dtype import DtypeError, bf16_kind, check_dtype, cpu_bf16_flags, resolve_dtype
 
 AMX = ["avx512_bf16", "amx_bf16"]
 
@@ -13,6 +13,12 @@ def test_cpu_bf16_flags_come_from_the_flags_line_of_cpuinfo():
     assert cpu_bf16_flags("processor : 0\nflags : fpu sse avx2 avx512f\n") == ["avx512f"]     # emulated
     assert cpu_bf16_flags("processor : 0\nflags : fpu sse avx2\n") == []
     assert isinstance(cpu_bf16_flags(), list)           # this machine's, whatever it has
+
+
+def test_bf16_kind_is_native_with_bf16_kernels_emulated_with_avx512_alone_else_none():
+    assert bf16_kind(["avx512_bf16", "avx512f"]) == "native" and bf16_kind(["amx_bf16"]) == "native"
+    assert bf16_kind(["avx512f"]) == "emulated"
+    assert bf16_kind([]) is None
 
 
 @pytest.mark.parametrize("checkpoint,device,flags,expected", [

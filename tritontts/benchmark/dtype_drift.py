@@ -143,10 +143,19 @@ def audio_of(url: str, family: str, text: str, params: dict) -> np.ndarray:
     return np.concatenate([c.as_numpy("audio").reshape(-1) for c in chunks] or [np.zeros(0, np.float32)])
 
 
+def request(k: int, name: str) -> tuple[str, dict]:
+    """The k-th seeded request of the family's capped load (tritontts.benchmark.load) as
+    (text, params): the text and the fields the ensemble's params input carries."""
+    from .load import TEXTS, capped_bodies
+
+    body = capped_bodies(name)(k)
+    return TEXTS[k % len(TEXTS)], {key: value for key, value in body.items()
+                                   if key not in ("model", "input", "response_format", "stream_format")}
+
+
 def measure_family(name: str, checkpoint: Path, work: Path, requests: int) -> dict[str, Any]:
     from ..deploy.repository import STAGE_REPOSITORY, read_config
     from ..testing.stack import TINY_KV_REQUESTS, Stack
-    from .load import TEXTS, capped_bodies
 
     family = FAMILIES[name]
     engine = engine_stages(family)[0]
@@ -156,15 +165,12 @@ def measure_family(name: str, checkpoint: Path, work: Path, requests: int) -> di
     stacks = {dtype: Stack(work / dtype, (name,), {name: checkpoint}, work / dtype / "caches",
                            extra_args=("--dtype", dtype, "--kv-requests", str(TINY_KV_REQUESTS)))
               for dtype in ("float32", "bfloat16")}
-    body = capped_bodies(name)
     rows = []
     try:
         for stack in stacks.values():
             stack.start(timeout=1800)
         for k in range(requests):
-            params = {key: value for key, value in body(k).items()
-                      if key not in ("model", "input", "response_format", "stream_format")}
-            text = TEXTS[k % len(TEXTS)]
+            text, params = request(k, name)
             got = {dtype: frames(engine_stream(stack.grpc_url, family, text, params)[1], primary)
                    for dtype, stack in stacks.items()}
             row = {"request": k, **compare(got["float32"], got["bfloat16"])}

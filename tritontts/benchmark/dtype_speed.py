@@ -24,18 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from ..families import FAMILIES
-from .dtype_drift import engine_stages, engine_stream, frames
+from .dtype_drift import engine_stages, engine_stream, frames, request
 
 DTYPES = ("float32", "bfloat16")
 AT_ONCE = 4
-
-
-def request(k: int, name: str) -> tuple[str, dict]:
-    from .load import TEXTS, capped_bodies
-
-    body = capped_bodies(name)(k)
-    return TEXTS[k % len(TEXTS)], {key: value for key, value in body.items()
-                                   if key not in ("model", "input", "response_format", "stream_format")}
 
 
 def stage_frames(url: str, family, primary: str, k: int) -> tuple[int, float, float]:
@@ -56,7 +48,7 @@ def measure_dtype(name: str, checkpoint: Path, work: Path, dtype: str) -> dict[s
     work.mkdir(parents=True, exist_ok=True)
     stack = Stack(work, (name,), {name: checkpoint}, work / "caches", extra_args=("--dtype", dtype))
     try:
-        seconds, refused = started(stack, timeout=3600)
+        _, refused = started(stack, timeout=3600)
         if refused is not None:            # does not fit, or failed: the arm's row says why
             return {"dtype": dtype, "refused": refused}
         stage_frames(stack.grpc_url, family, primary, 0)                     # warm-up

@@ -6,8 +6,9 @@ weights in bf16. An explicit dtype the device cannot run is refused before anyth
 
 On an AVX-512 CPU without those (bf16 converted to fp32 in AVX-512 registers), vLLM runs
 bfloat16 when asked: half the weights' memory, so a checkpoint too large for fp32 can fit;
-measured on a 2-core Xeon with GLM-TTS's released 1.5 B Llama talker (docs/triton-on-cpu.md),
-1.22x fp32's decode speed alone and 0.37x at four requests at once, so "auto" stays fp32 there.
+measured served on a 2-core Xeon at released size (docs/benchmarks.md, "bfloat16 against
+fp32: speed"), each talker made 0.31-0.63x fp32's frames/s four at once and 0.48-1.17x
+alone, so "auto" stays fp32 there.
 """
 from __future__ import annotations
 
@@ -44,6 +45,12 @@ def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
 def native_bf16(bf16_flags: list[str]) -> list[str]:
     """Those of `bf16_flags` that are bf16 kernels (not an emulation)."""
     return [f for f in bf16_flags if f in CPU_BF16_FLAGS]
+
+
+def bf16_kind(bf16_flags: list[str]) -> str | None:
+    """How a CPU with these flags runs bfloat16: "native" (bf16 kernels), "emulated"
+    (converted to fp32 in AVX-512 registers), or None (not at all)."""
+    return "native" if native_bf16(bf16_flags) else "emulated" if bf16_flags else None
 
 
 def normalized(dtype: str) -> str:

@@ -289,8 +289,8 @@ def size_cpu_kv(stage: str, model_dir: str | Path, engine_args: dict, requests: 
     fit = (free - budget.weights - budget.runtime - budget.shape.block_bytes(budget.element)) // budget.request_bytes
     if not asked and 1 <= fit < requests:
         return dataclasses.replace(budget, requests=int(fit))
-    # bf16: how this CPU runs bfloat16 ("native" kernels, "emulated" on AVX-512: half the
-    # memory, slower with several requests at once), None: not at all
+    # bf16: how this CPU runs bfloat16 (engine_dtype.bf16_kind): "native" kernels, "emulated"
+    # on AVX-512 (half the memory, slower), None: not at all
     halve = ""
     if bf16 and budget.element == 4:
         halve = f"--dtype bfloat16 (or --engine-arg {stage}.dtype=bfloat16{'' if bf16 == 'native' else '; emulated on this CPU: half the weights, slower, most with several requests at once'}), "

@@ -145,12 +145,10 @@ class VllmTalkerStage(EngineStage):
         if not context.device.startswith("cuda") and not {"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(args):
             # The KV cache from the checkpoint's config (kv_budget); a given byte count or
             # share (--engine-arg) wins.
-            from .engine_dtype import cpu_bf16_flags, native_bf16
+            from .engine_dtype import bf16_kind, cpu_bf16_flags
 
-            flags = cpu_bf16_flags()
             self.kv_budget = size_cpu_kv(context.name, self.model_path(), args, requests, config=config,
-                                         asked=asked is not None,
-                                         bf16="native" if native_bf16(flags) else "emulated" if flags else None)
+                                         asked=asked is not None, bf16=bf16_kind(cpu_bf16_flags()))
             args["kv_cache_memory_bytes"] = self.kv_budget.bytes
             logger.info("%s: %s", context.name, self.kv_budget.describe())
             if self.kv_budget.requests < requests:
