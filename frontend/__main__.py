@@ -522,8 +522,8 @@ def main(argv=None) -> int:
         if triton is not None:
             print(f"starting tritonserver ({', '.join(models)}) ...", flush=True)
             try:
-                triton.start().wait_ready(timeout=args.startup_timeout, stall_s=args.startup_stall,
-                                          report=lambda line: print(line, flush=True))
+                triton.start_ready(timeout=args.startup_timeout, stall_s=args.startup_stall,
+                                   report=lambda line: print(line, flush=True))
             except (RuntimeError, TimeoutError) as exc:
                 # The stages' own messages (a model that cannot load, a KV cache that does
                 # not fit, with its numbers) are in tritonserver's log above or in --triton-log.

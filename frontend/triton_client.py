@@ -76,6 +76,9 @@ def _classify(message: str) -> Exception:
         return StageRejected(client_part)
     if "Exceeds maximum queue size" in message:
         return TritonBusy(message)
+    unavailable = protocol.split_unavailable(message)
+    if unavailable is not None:
+        return TritonUnavailable(unavailable)
     if any(s in message for s in ("failed to connect", "StatusCode.UNAVAILABLE", "not ready", "is not healthy",
                                   "Request for unknown model", "is not found")):
         return TritonUnavailable(message)

@@ -90,3 +90,23 @@ def test_the_servers_max_rows_per_call_overrides_every_grouped_stages_config(mon
     monkeypatch.setenv(MAX_ROWS_PER_CALL_ENV, "0")
     assert all(np.array_equal(r["y"], b["x"] * 2) for r, b in zip(stage.run_batch(batch), batch))
     assert calls == [5]
+
+
+def test_a_call_never_holds_two_rows_of_one_stream_and_each_streams_rows_keep_their_order():
+    """A stream's chunks queued together are computed in successive calls (a batch's float
+    sums depend on its row count), while rows of other streams still share a call."""
+    calls = []
+
+    def compute(members):
+        calls.append([(int(m.scalar("stream_id", -1)), int(m["x"][0])) for m in members])
+        return [{"y": m["x"]} for m in members]
+
+    rows = [(1, 0), (1, 1), (2, 0), (1, 2), (2, 1), (3, 0)]
+    batch = [Inputs(stream_id=np.array([s], np.int64), x=np.array([k, 0, 0], np.float32)) for s, k in rows]
+    results = run_in_groups(batch, shape, compute)
+    assert calls == [[(1, 0), (2, 0), (3, 0)], [(1, 1), (2, 1)], [(1, 2)]]
+    assert [int(r["y"][0]) for r in results] == [k for _, k in rows]
+    # Rows without a stream id are streams of their own: one call, as before.
+    calls.clear()
+    run_in_groups([Inputs(x=np.zeros(3, np.float32)) for _ in range(4)], shape, compute)
+    assert [len(c) for c in calls] == [4]

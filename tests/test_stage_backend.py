@@ -559,3 +559,61 @@ def test_a_frame_talker_stopping_at_its_first_frame_or_on_a_chunk_boundary_ends_
         assert last["left_context"] == last["codes"].shape[0] == 25 and last["first_frame"] == 4
     past = asyncio.run(run(frames + frames[:1] + [END]))            # one frame past the boundary
     assert [c["codes"].shape[0] - c["left_context"] for c in past] == [4, 25, 1]
+
+
+SHM_FULL = ("Failed to increase the shared memory pool size for key 'triton_tritontts_backend_shm_region_x' "
+            "to 1048576 bytes. Error: No space left on device")
+
+
+def shm_full_once(request):
+    """The request's sender fails its first response as Triton's does when /dev/shm cannot
+    grow the stage's region (reproduced with a small tmpfs in tests/server/test_shared_memory.py)."""
+    real, failed = request.sender.send, []
+
+    def send(response=None, flags=0):
+        if not failed and response is not None and not response.has_error():
+            failed.append(True)
+            raise RuntimeError(SHM_FULL)
+        real(response, flags)
+
+    request.sender.send = send
+    return request
+
+
+def test_a_response_that_does_not_fit_shared_memory_ends_its_request_with_a_503_and_the_worker_goes_on(tmp_path):
+    """A decoupled one-response stage (the chunk scheduler's workers): the failed send
+    once killed the worker thread, and the request (and every later one) waited forever."""
+    with fake_pb_utils():
+        model = load(write_config(
+            tmp_path, "Slow", decoupled=True,
+            inputs='{ name: "x" data_type: TYPE_FP32 dims: [ -1 ] }, ' + META_IN,
+            outputs='{ name: "y" data_type: TYPE_FP32 dims: [ -1 ] }, ' + META_OUT))
+
+        def request(stream: int) -> FakeRequest:
+            return FakeRequest({"x": np.array([1.0], np.float32), "stream_id": np.array([stream]),
+                                "chunk_index": np.array([0], np.int32), "is_final": np.array([True])})
+
+        first, second = shm_full_once(request(1)), request(2)
+        model.execute([first])
+        assert first.sender.done.wait(5), "the request got no end"
+        model.execute([second])
+        assert second.sender.done.wait(5), "the worker did not go on"
+        model.finalize()
+    [(error, flags, _)] = first.sender.sent
+    assert flags == FINAL and error.error().message().startswith("[unavailable] m could not send its response")
+    assert "/dev/shm" in error.error().message() and "No space left" in error.error().message()
+    assert not second.sender.responses[0].has_error()
+
+
+def test_a_stream_whose_chunk_does_not_fit_shared_memory_ends_with_a_503_and_sends_nothing_after(sentences):
+    request = shm_full_once(FakeRequest({"text": "one two three"}))
+    sentences.execute([request])
+    [(error, flags, _)] = request.sender.sent
+    assert flags == FINAL and error.error().message().startswith("[unavailable]")
+
+
+def test_a_503_stage_error_reaches_the_client_as_unavailable_with_the_stages_reason():
+    from frontend.triton_client import TritonUnavailable, _classify
+
+    exc = _classify("in ensemble 'piper': [unavailable] piper_vits could not send its response: /dev/shm")
+    assert isinstance(exc, TritonUnavailable) and str(exc) == "piper_vits could not send its response: /dev/shm"

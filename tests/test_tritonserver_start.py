@@ -147,3 +147,58 @@ def test_the_vllm_engines_load_alone_after_every_other_stage_then_their_ensemble
     server = TritonServer(models=[plain, talking[0]])
     loaded = [a.removeprefix("--load-model=") for a in server.command() if a.startswith("--load-model=")]
     assert plain in loaded and talking[0] not in loaded and not set(engines(talking[0])) & set(loaded)
+
+
+class CrashingServer:
+    """A stand-in for tritonserver's process: the first `crashes` starts abort (SIGABRT, as
+    Triton's Python backend race does), later ones stay up."""
+
+    def __init__(self, crashes: int, signal_number: int = 6):
+        self.crashes, self.signal_number, self.starts = crashes, signal_number, 0
+
+
+def fake_server(behaviour: CrashingServer, tmp_path):
+    import subprocess
+    import sys
+
+    from tritontts.deploy.tritonserver import TritonServer
+
+    class Fake(TritonServer):
+        def check_shared_memory(self):
+            pass
+
+        def start(self):
+            behaviour.starts += 1
+            code = (f"import os; os.kill(os.getpid(), {behaviour.signal_number})"
+                    if behaviour.starts <= behaviour.crashes else "import time; time.sleep(60)")
+            self.process = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+            return self
+
+        def wait_ready(self, timeout=None, report=None, stall_s=300.0):
+            try:
+                self.process.wait(1.5)
+            except subprocess.TimeoutExpired:
+                return
+            raise RuntimeError(f"tritonserver exited with code {self.process.returncode}")
+
+    return Fake(["piper"], log_path=tmp_path / "triton.log")
+
+
+def test_a_start_that_crashes_is_made_again_once_and_says_so(tmp_path):
+    behaviour, lines = CrashingServer(crashes=1), []
+    server = fake_server(behaviour, tmp_path).start_ready(report=lines.append)
+    try:
+        assert behaviour.starts == 2 and server.process.poll() is None
+        assert lines == ["tritonserver crashed while starting (signal 6, SIGABRT); starting it again (2 of 2)"]
+    finally:
+        server.stop(timeout=5)
+
+
+def test_a_start_that_crashes_twice_or_is_killed_fails_without_more_tries(tmp_path):
+    import pytest
+
+    for behaviour, starts in ((CrashingServer(crashes=2), 2), (CrashingServer(crashes=1, signal_number=9), 1)):
+        server = fake_server(behaviour, tmp_path)
+        with pytest.raises(RuntimeError, match="exited with code -"):
+            server.start_ready(report=lambda line: None)
+        assert behaviour.starts == starts      # SIGKILL (the OOM killer's) is not retried

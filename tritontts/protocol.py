@@ -26,8 +26,10 @@ ends with the word_aligner stage, whose extra output is
                                     with this chunk, ms from the request's first sample
 
 Errors: a stage answers a bad request with a TritonError whose message starts with
-INVALID_REQUEST_TAG; the front turns that into HTTP 400 with the rest of the message.
-Any other error is a server fault (HTTP 500).
+INVALID_REQUEST_TAG; the front turns that into HTTP 400 with the rest of the message. A
+stage that could not answer for want of a server resource (its response did not fit the
+shared memory Triton's Python backend moves tensors through) starts its message with
+UNAVAILABLE_TAG: HTTP 503, retry later. Any other error is a server fault (HTTP 500).
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ WORD_TIMESTAMPS = "word_timestamps"     # the request field (params), as vLLM-Om
 WORD_ALIGNER_LANGUAGES_ENV = "TRITONTTS_WORD_ALIGNER_LANGUAGES"
 
 INVALID_REQUEST_TAG = "[invalid_request]"
+UNAVAILABLE_TAG = "[unavailable]"
 
 # Longest text one request may carry; longer input is a 400, not an hour of audio.
 MAX_INPUT_CHARS = 4096
@@ -126,6 +129,12 @@ def words_request(text: str, params: dict[str, Any], languages: tuple[str, ...] 
         raise InvalidRequest(f"{WORD_TIMESTAMPS}: the word aligner places words in "
                              f"{', '.join(languages)} only, not language {params.get('language')!r}")
     return json.dumps({"text": text})
+
+
+def split_unavailable(message: str) -> str | None:
+    """The stage's reason if it is a want of a server resource (UNAVAILABLE_TAG)."""
+    idx = message.find(UNAVAILABLE_TAG)
+    return None if idx < 0 else message[idx + len(UNAVAILABLE_TAG):].strip()
 
 
 def split_invalid_request(message: str) -> str | None:

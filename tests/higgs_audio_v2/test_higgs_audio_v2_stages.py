@@ -132,3 +132,28 @@ def test_a_stream_whose_first_frame_is_the_end_is_one_final_chunk_the_decoder_an
     (result,) = decoder.run_batch([Inputs(codes=chunk["codes"], left_context=np.array([1]),
                                           right_context=np.array([0]))])
     assert not isinstance(result, Exception) and result["audio"].size == 0
+
+
+def test_a_streams_chunks_batched_together_decode_exactly_as_each_alone(checkpoint):
+    """The seeded-replay issue's root cause: the decoder's float sums depend on the batch's
+    row count, so a stream's chunks that Triton's batcher happened to queue together (a
+    timing, not a request) decoded to other PCM than the same chunks decoded one by one.
+    A stream's chunks now go in successive calls; other streams' chunks still share one.
+    Control: the same two windows from two streams, computed as one batch, differ from
+    alone (so this test can see the difference it rules out)."""
+    from tritontts.families.higgs_audio_v2.stages import HiggsAudioV2DecoderStage
+
+    decoder = HiggsAudioV2DecoderStage(StageContext("higgs_audio_v2_decoder", checkpoint.root), checkpoint)
+    rng = np.random.default_rng(5)
+
+    def chunk(stream: int, seed: int) -> Inputs:
+        codes = np.random.default_rng(seed).integers(0, 1024, (45, 8)).astype(np.int32)
+        return Inputs(codes=codes, left_context=np.array([10]), right_context=np.array([10]),
+                      stream_id=np.array([stream], np.int64))
+
+    stream = int(rng.integers(1, 2 ** 62))
+    alone = [decoder.run_batch([chunk(stream, s)])[0]["audio"] for s in (1, 2)]
+    together = [r["audio"] for r in decoder.run_batch([chunk(stream, 1), chunk(stream, 2)])]
+    assert all(np.array_equal(a, t) for a, t in zip(alone, together))
+    batched = [r["audio"] for r in decoder.run_batch([chunk(stream, 1), chunk(stream + 1, 2)])]
+    assert max(float(np.abs(a - b).max()) for a, b in zip(alone, batched)) > 0

@@ -147,10 +147,24 @@ def describe_death(pid: int, label: str) -> str:
         sig = status & 0x7F
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
         why = (": the kernel's out-of-memory killer (see dmesg) or a kill" if sig == signal.SIGKILL
+               else bus_error_hint() if sig == signal.SIGBUS
                else ": its native stack is in the server log (faulthandler)" if sig in
-               (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL) else "")
+               (signal.SIGSEGV, signal.SIGABRT, signal.SIGFPE, signal.SIGILL) else "")
         return f"stage process {pid} ({label}) was killed by signal {sig} ({name}{why})"
     return f"stage process {pid} ({label}) exited with code {status >> 8}"
+
+
+def bus_error_hint() -> str:
+    """What a stage's SIGBUS usually is: a page of a mapped file that cannot be backed (a
+    /dev/shm region grown past what tmpfs has, or a file truncated under its mapping)."""
+    from . import shared_memory
+
+    try:
+        free = f"{shared_memory.free_bytes() / shared_memory.MIB:.0f} MiB free now"
+    except OSError:
+        free = "not readable"
+    return (f": a mapped page that could not be backed, usually shared memory (/dev/shm: {free}) or a "
+            "file truncated while mapped; its native stack is in the server log (faulthandler)")
 
 
 def client_ready(client) -> bool:
@@ -238,6 +252,11 @@ class LoadOrder:
         return cls(tuple(dict.fromkeys(at_start)), tuple(engines), tuple(after))
 
 
+class SharedMemoryShort(RuntimeError):
+    """/dev/shm cannot hold the regions of the server's stage processes: the message says
+    how much there is, how much is needed and how to give more."""
+
+
 @dataclass
 class TritonServer:
     """A tritonserver child process with explicit model control, its models loaded in
@@ -272,6 +291,9 @@ class TritonServer:
         return cmd
 
     def start(self) -> "TritonServer":
+        """Start tritonserver (wait_ready waits for its models). Refused before anything
+        starts, with SharedMemoryShort, where /dev/shm cannot hold its stages' regions."""
+        self.check_shared_memory()
         log = open(self.log_path, "ab") if self.log_path else None
         if self.cancel_dir is None:
             import tempfile
@@ -287,6 +309,21 @@ class TritonServer:
             threading.Thread(target=self._load_late, args=(self.process, order), daemon=True,
                              name="tritonserver-engine-loader").start()
         return self
+
+    def check_shared_memory(self) -> None:
+        """/dev/shm against what this server's stage processes take (deploy/shared_memory.py):
+        too little to start raises SharedMemoryShort; too little to serve large requests
+        logs a warning."""
+        from . import shared_memory
+
+        order = self.load_order()
+        need = shared_memory.check((*order.at_start, *order.engines, *order.after_engines), self.repositories)
+        refusal = need.refusal()
+        if refusal is not None:
+            raise SharedMemoryShort(refusal)
+        warning = need.warning()
+        if warning is not None:
+            logger.warning("%s", warning)
 
     def _load_late(self, process: subprocess.Popen, order: LoadOrder) -> None:
         """Once tritonserver has loaded its start models (it then opens its ports), load
@@ -391,6 +428,31 @@ class TritonServer:
             if states.get(model["name"]) != state:
                 states[model["name"]] = state
                 report(f"[{elapsed:5.0f} s] {model['name']}: {state} ({ready}/{len(loaded)} ready)")
+
+    def start_ready(self, timeout: float | None = None, report: Callable[[str], None] | None = None,
+                    stall_s: float = 300.0, tries: int = 2) -> "TritonServer":
+        """start() and wait_ready(); a start whose tritonserver crashed (killed by a signal
+        other than SIGKILL, which is the out-of-memory killer's) is made again, up to `tries`
+        starts in all, each retry reported. Triton 2.51's Python backend can crash while its
+        stage processes start (a stub's "Fatal Python error: Bus error", then tritonserver's
+        boost::interprocess::lock_exception abort): seen in one CI run (the qwen3_tts-base
+        stack) and in one local run of two test workers (the voxcpm2 stack, /dev/shm at 20 MiB
+        used of 24 GiB); the same start made again succeeded.
+        A model that fails to load, a refusal (SharedMemoryShort) or a stall is not retried."""
+        for attempt in range(1, tries + 1):
+            self.start()
+            try:
+                self.wait_ready(timeout, report, stall_s)
+                return self
+            except (RuntimeError, TimeoutError):
+                code = self.process.poll() if self.process else None
+                self._kill_group()
+                if code is None or code >= 0 or -code == signal.SIGKILL or attempt == tries:
+                    raise
+                name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+                (report or logger.warning)(f"tritonserver crashed while starting (signal {-code}, {name}); "
+                                           f"starting it again ({attempt + 1} of {tries})")
+        raise AssertionError("unreachable")
 
     def supervise(self, poll_s: float = 0.5, max_backoff_s: float = 30.0) -> None:
         """Bring the server back whenever it exits without stop() (killed, crashed): what
@@ -504,6 +566,33 @@ def family_repository_args(args: list[str]) -> list[str]:
             *(f"--load-model={m}" for m in [*families, CANCEL_MODEL]), *rest]
 
 
+def flag_values(args: list[str], flag: str) -> list[str]:
+    """The values of `flag` in tritonserver's argv (--flag=value or --flag value)."""
+    values = []
+    for i, arg in enumerate(args):
+        if arg.startswith(flag + "="):
+            values.append(arg.split("=", 1)[1])
+        elif arg == flag and i + 1 < len(args):
+            values.append(args[i + 1])
+    return values
+
+
+def shared_memory_refusal(args: list[str]) -> str | None:
+    """TritonServer.check_shared_memory for a tritonserver command line: the models it loads
+    (--load-model; every model of its repositories without explicit model control)."""
+    from . import shared_memory
+
+    repositories = tuple(Path(r) for r in flag_values(args, "--model-repository"))
+    models = flag_values(args, "--load-model")
+    if not models or "*" in models:
+        models = [d.name for repo in repositories if repo.is_dir() for d in sorted(repo.iterdir())
+                  if (d / "config.pbtxt").is_file()]
+    need = shared_memory.check(models, repositories)
+    if need.warning() is not None:
+        print(f"warning: {need.warning()}", file=sys.stderr, flush=True)
+    return need.refusal()
+
+
 def main(argv: list[str] | None = None) -> None:
     """`python -m tritontts.deploy.tritonserver [tritonserver flags]`: the real tritonserver with this
     environment prepared (stub, LD_LIBRARY_PATH, TRITONTTS_PYTHONPATH, --backend-directory).
@@ -515,6 +604,10 @@ def main(argv: list[str] | None = None) -> None:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     args = family_repository_args(args)
+    refusal = shared_memory_refusal(args)
+    if refusal is not None:
+        print(f"tritonserver not started: {refusal}", file=sys.stderr, flush=True)
+        sys.exit(1)
     command = base_command()
     if any(a.startswith("--backend-directory") for a in args):
         command = command[:1]  # the user's own backend directory wins

@@ -32,7 +32,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 import numpy as np
 
 from ..protocol import (
-    PARAMS, TEXT, VOICE, InvalidRequest, check_text, decode_params)
+    PARAMS, STREAM_ID, TEXT, VOICE, InvalidRequest, check_text, decode_params)
 
 # The launcher's --stage-setting STAGE.KEY=VALUE, handed to tritonserver's stages as JSON
 # {stage: {key: value}}: a stage's own settings over its 1/model.json's (CosyVoice3's talker's
@@ -174,6 +174,23 @@ class Stage:
         """Called when Triton unloads the model."""
 
 
+def one_row_per_stream(batch: list[Inputs], rows: list[int]) -> list[list[int]]:
+    """`rows` (indices into `batch`) in rounds that hold at most one row of each stream: a
+    stream's first row in round 0, its second in round 1, ...; rows without a stream_id
+    are streams of their own."""
+    rounds: list[list[int]] = []
+    seen: dict[Any, int] = {}
+    for i in rows:
+        stream = batch[i].scalar(STREAM_ID)
+        depth = 0 if stream is None else seen.get(stream, 0)
+        if stream is not None:
+            seen[stream] = depth + 1
+        if depth == len(rounds):
+            rounds.append([])
+        rounds[depth].append(i)
+    return rounds
+
+
 def run_in_groups(batch: list[Inputs], key: Callable[[Inputs], Any],
                   compute: Callable[[list[Inputs]], list[dict[str, Any]]],
                   ready: Callable[[int, Any], None] | None = None,
@@ -184,7 +201,13 @@ def run_in_groups(batch: list[Inputs], key: Callable[[Inputs], Any],
     0: the whole group); requests of another key in another. A request whose `key` raises
     fails alone; a group whose compute raises is computed again one request at a time, so
     only the request that fails fails. `ready` is told of each group's results as they
-    are done."""
+    are done.
+
+    A call never holds two requests of one stream (`stream_id`): a stream's chunks that
+    the batcher queued together are computed in successive calls, in arrival order. A
+    batch's float sums depend on its row count (a kernel for one row is not the kernel for
+    two), so a request served alone computes every chunk as a batch of one, whatever the
+    timing of its chunks: the seeded-replay contract (docs/api.md, `seed`)."""
     results: list[dict[str, Any] | Exception | None] = [None] * len(batch)
     groups: dict[Any, list[int]] = {}
     for i, inputs in enumerate(batch):
@@ -194,8 +217,9 @@ def run_in_groups(batch: list[Inputs], key: Callable[[Inputs], Any],
             results[i] = exc
             if ready is not None:
                 ready(i, exc)
-    calls = [group[at:at + (max_rows or len(group))] for group in groups.values()
-             for at in range(0, len(group), max_rows or len(group))]
+    calls = [members[at:at + (max_rows or len(members))] for group in groups.values()
+             for members in one_row_per_stream(batch, group)
+             for at in range(0, len(members), max_rows or len(members))]
     for members in calls:
         try:
             outputs: list[dict[str, Any] | Exception] = list(compute([batch[i] for i in members]))

@@ -29,7 +29,7 @@ import triton_python_backend_utils as pb_utils
 from . import cancellation
 from .scheduling import ChunkScheduler
 from ..protocol import (
-    AUDIO, CHUNK_INDEX, INVALID_REQUEST_TAG, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, TEXT,
+    AUDIO, CHUNK_INDEX, INVALID_REQUEST_TAG, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, TEXT, UNAVAILABLE_TAG,
     WORD_ALIGNER_LANGUAGES_ENV, WORD_TIMESTAMPS, WORDS_REQUEST, InvalidRequest, decode_params, words_request)
 from .stage import EngineStage, Inputs, Stage, StageContext, StreamingStage
 from ..voice import VOICE_FEATURES
@@ -86,6 +86,35 @@ def error_response(exc: BaseException) -> "pb_utils.InferenceResponse":
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"internal error: {exc!r}"))
 
 
+def send_response(sender, response, flags: int = 0, stage: str = "a stage") -> bool:
+    """Send one response. One that cannot be sent (its tensors do not fit the stage's
+    shared-memory region and /dev/shm has no room to grow it) ends its request with an error
+    that says so (HTTP 503 at the front), instead of leaving the request without an end or
+    stopping the thread that sends; False then. A sender already closed (the request has
+    ended) is only logged."""
+    try:
+        sender.send(response, flags=flags)
+        return True
+    except Exception as exc:  # noqa: BLE001 - the request fails, not the stage
+        logger.error("%s: sending a response failed: %s", stage, exc)
+        if "shared memory" not in str(exc):
+            return False
+        from ..deploy import shared_memory
+
+        try:
+            free = f"{shared_memory.free_bytes() / shared_memory.MIB:.1f} MiB free"
+        except OSError:
+            free = "its free space not readable"
+        reason = (f"{UNAVAILABLE_TAG} {stage} could not send its response: it does not fit the shared memory "
+                  f"Triton's Python backend moves tensors through (/dev/shm, {free}); retry later, or give the "
+                  f"server more /dev/shm ({exc})")
+        try:
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(reason)), flags=FINAL)
+        except Exception:  # noqa: BLE001 - nothing more can be said to this request
+            logger.exception("%s: sending the error response failed too", stage)
+        return False
+
+
 def cancelled_response() -> "pb_utils.InferenceResponse":
     """For a request whose client went away: Triton 2.51 cancels an ensemble's later steps
     (not the step already running), so stages check and skip the work."""
@@ -124,6 +153,7 @@ class TritonPythonModel:
         if streaming and not self.decoupled:
             raise ValueError(f"{context.name}: a streaming stage needs "
                              "model_transaction_policy { decoupled: true }")
+        self.name = context.name
         self.stage = cls(context)
         # The stage computes a dynamic batch together (it overrides Stage.run_batch).
         self.batched = type(self.stage).run_batch is not Stage.run_batch
@@ -285,8 +315,8 @@ class TritonPythonModel:
         sender = request.get_response_sender()
 
         def deliver(result):
-            sender.send(error_response(result) if isinstance(result, Exception) else result,
-                        flags=FINAL)
+            send_response(sender, error_response(result) if isinstance(result, Exception) else result,
+                          FINAL, self.name)
 
         try:
             inputs = self.inputs(request)
@@ -302,19 +332,24 @@ class TritonPythonModel:
     def _stream(self, request, sender) -> None:
         """Send each chunk `run` yields; the last with the FINAL flag."""
         chunks = _Chunks(self, request)
+
+        def send(response, flags=0):
+            if not send_response(sender, response, flags, self.name):
+                raise Unsent
         try:
             requested = set(request.requested_output_names())
             if requested == {VOICE_FEATURES}:   # the front storing a voice: one response
                 inputs = chunks.inputs()
-                sender.send(self.response({VOICE_FEATURES: [self.stage.encode_voice(inputs)]},
-                                          inputs, requested), flags=FINAL)
+                send(self.response({VOICE_FEATURES: [self.stage.encode_voice(inputs)]}, inputs, requested), FINAL)
                 return
             for chunk in self.stage.run(chunks.inputs()):
-                if chunks.add(chunk, sender.send):
+                if chunks.add(chunk, send):
                     return          # the final chunk has gone, and with it the sender
-            chunks.finish(sender.send)
+            chunks.finish(send)
+        except Unsent:              # its request has ended with the reason (send_response)
+            return
         except Exception as exc:  # the request fails, the model stays up
-            sender.send(error_response(exc), flags=FINAL)
+            send_response(sender, error_response(exc), FINAL, self.name)
 
     async def _stream_async(self, request, sender) -> None:
         send = self.responder.sender(sender)
@@ -323,6 +358,8 @@ class TritonPythonModel:
         try:
             generator = self.stage.run(chunks.inputs())
             async for chunk in generator:
+                if send.failed:      # the request has ended with the reason (send_response)
+                    return
                 if chunks.cancelled():
                     send(cancelled_response(), FINAL)
                     return
@@ -389,24 +426,39 @@ class _Chunks:
         self.held = None
 
 
+class Unsent(Exception):
+    """A response could not be sent; send_response has ended its request with the reason."""
+
+
+class _QueuedSender:
+    """One request's sender through a _Responder: `failed` once a response of it could not
+    be sent (its request then has its end; the stage stops its work)."""
+
+    def __init__(self, queue_: queue.Queue, sender):
+        self.queue, self.sender, self.failed = queue_, sender, False
+
+    def __call__(self, response, flags: int = 0) -> None:
+        self.queue.put((self, response, flags))
+
+
 class _Responder:
     """Sends responses from a thread of its own (vllm_backend keeps the engine loop free)."""
 
     def __init__(self, name: str):
+        self.name = name
         self.queue: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=self._run, name=f"{name}-responses", daemon=True)
         self.thread.start()
 
-    def sender(self, response_sender):
-        return lambda response, flags=0: self.queue.put((response_sender, response, flags))
+    def sender(self, response_sender) -> "_QueuedSender":
+        return _QueuedSender(self.queue, response_sender)
 
     def _run(self) -> None:
         while (item := self.queue.get()) is not None:
-            response_sender, response, flags = item
-            try:
-                response_sender.send(response, flags=flags)
-            except Exception:  # a client gone mid-stream must not stop other responses
-                logger.exception("sending a response failed")
+            queued, response, flags = item
+            # A failure never stops other requests' responses (send_response).
+            if not queued.failed and not send_response(queued.sender, response, flags, self.name):
+                queued.failed = True
 
     def close(self) -> None:
         self.queue.put(None)

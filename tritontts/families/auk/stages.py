@@ -27,7 +27,8 @@ import torch
 from ...protocol import (
     AUDIO, CHUNK_INDEX, IS_FINAL, MAX_INPUT_CHARS, PARAMS, SAMPLE_RATE, STREAM_ID, TEXT, VOICE,
     InvalidRequest, at_least_one_row, decode_params)
-from ...serving.stage import PREPARES_REQUESTS, Inputs, Stage, StageContext, StreamingStage, default_voice_only
+from ...serving.stage import (
+    PREPARES_REQUESTS, Inputs, Stage, StageContext, StreamingStage, default_voice_only, one_row_per_stream)
 from ...engine.vllm_talker import VllmTalkerStage
 from .checkpoint import AuKCheckpoint
 from .family import FAMILY
@@ -226,7 +227,10 @@ class AuKDiTStage(Stage):
             requests[i] = SampleRequest(text=torch.from_numpy(np.array(inputs["condition"], np.float32)),
                                         ref=torch.from_numpy(ref), frames=int(inputs.scalar("frames")),
                                         seed=int(inputs.scalar("seed")))
-        for (grid, cfg), members in groups.items():
+        # A stream's own rows in successive calls (run_in_groups says why).
+        calls = [(grid, cfg, members) for (grid, cfg), group in groups.items()
+                 for members in one_row_per_stream(batch, group)]
+        for grid, cfg, members in calls:
             try:
                 latents = sample_latents(self.dit, [requests[i] for i in members], torch.tensor(grid), cfg,
                                          cancelled=lambda: all(batch[i].cancelled() for i in members))

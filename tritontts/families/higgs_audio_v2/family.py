@@ -57,6 +57,7 @@ FAMILY = Family(
     released_names=("bosonai/higgs-audio-v2-generation-3B-base",),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     graphs=lazy(__package__, ".stages:export_graphs"),
+    batch_cases=lazy(__package__, ".batching:batch_cases"),
     torch_networks=lazy(__package__, ".networks:torch_networks"),
     # Random weights rarely sample the stream end: bound the frames a test request makes.
     example_params=lambda: {"max_new_tokens": 40},

@@ -32,7 +32,8 @@ from ...sampling import SAMPLING
 from ...protocol import (
     AUDIO, at_least_one_row, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest,
     decode_params)
-from ...serving.stage import PREPARES_REQUESTS, Inputs, Stage, StageContext, begin_request, default_voice_only
+from ...serving.stage import (
+    PREPARES_REQUESTS, GroupedStage, Inputs, Stage, StageContext, begin_request, default_voice_only)
 from ...engine.vllm_talker import VllmTalkerStage, chunk_sizes
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .checkpoint import HiggsAudioV2Checkpoint
@@ -232,10 +233,11 @@ class HiggsAudioV2TalkerStage(VllmTalkerStage):
         return {"codes": codes, "left_context": left, "right_context": right, IS_FINAL: final}
 
 
-class HiggsAudioV2DecoderStage(Stage):
+class HiggsAudioV2DecoderStage(GroupedStage):
     """A chunk's codes -> its audio, stateless: the window is decoded whole and only the
-    chunk's own frames' samples kept. Chunks of the same window length in Triton's batch
-    decode together."""
+    chunk's own frames' samples kept. Chunks of the same window length in Triton's batch,
+    from other streams, decode together (a stream's own chunks in successive calls:
+    run_in_groups)."""
 
     uses_torch = True
 
@@ -250,30 +252,17 @@ class HiggsAudioV2DecoderStage(Stage):
         self.samples_per_frame = self.decoder.cfg.samples_per_frame
         self.runner = stage_runner(decoder_graph(self.decoder), context)
 
-    def run(self, inputs: Inputs) -> dict[str, Any]:
-        result = self.run_batch([inputs])[0]
-        if isinstance(result, Exception):
-            raise result
-        return result
+    def batch_key(self, inputs: Inputs) -> int:
+        return np.asarray(inputs["codes"]).shape[0]
 
     @torch.no_grad()
-    def run_batch(self, batch: list[Inputs], ready=None) -> list[dict[str, Any] | Exception]:
-        results: list[dict[str, Any] | Exception] = [None] * len(batch)
-        groups: dict[int, list[int]] = {}
-        for i, inputs in enumerate(batch):
-            groups.setdefault(np.asarray(inputs["codes"]).shape[0], []).append(i)
-        for members in groups.values():
-            try:
-                codes = torch.from_numpy(np.stack([np.array(batch[i]["codes"], np.int64).T for i in members]))
-                audio = self.runner(codes.to(self.device))[0].float().cpu().numpy()
-            except Exception as exc:  # noqa: BLE001 - those requests fail, not the batch
-                for i in members:
-                    results[i] = exc
-                continue
-            spf = self.samples_per_frame
-            for row, i in enumerate(members):
-                left, right = int(batch[i].scalar("left_context")), int(batch[i].scalar("right_context"))
-                kept = audio[row, left * spf:audio.shape[1] - right * spf]
-                # Clipped as 16-bit PCM would be (the codec can overshoot 1.0 slightly).
-                results[i] = {AUDIO: np.clip(kept, -1.0, 1.0), SAMPLE_RATE: SAMPLE_RATE_HZ}
+    def run_group(self, members: list[Inputs]) -> list[dict[str, Any]]:
+        codes = torch.from_numpy(np.stack([np.array(m["codes"], np.int64).T for m in members]))
+        audio = self.runner(codes.to(self.device))[0].float().cpu().numpy()
+        spf, results = self.samples_per_frame, []
+        for row, inputs in zip(audio, members):
+            left, right = int(inputs.scalar("left_context")), int(inputs.scalar("right_context"))
+            # Clipped as 16-bit PCM would be (the codec can overshoot 1.0 slightly).
+            results.append({AUDIO: np.clip(row[left * spf:row.shape[0] - right * spf], -1.0, 1.0),
+                            SAMPLE_RATE: SAMPLE_RATE_HZ})
         return results

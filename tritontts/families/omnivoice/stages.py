@@ -32,7 +32,8 @@ from ...protocol import (
     AUDIO, CHUNK_INDEX, IS_FINAL, PARAMS, SAMPLE_RATE, STREAM_ID, InvalidRequest, decode_params)
 from ...serving.stage import (
     PREPARES_REQUESTS,
-    GroupedStage, Inputs, Stage, StageContext, StreamingStage, begin_request, default_voice_only)
+    GroupedStage, Inputs, Stage, StageContext, StreamingStage, begin_request, default_voice_only,
+    one_row_per_stream)
 from ...text import normalize, split_sentences
 from ...voice import checkpoint_fingerprint, pack_voice, unpack_voice
 from .checkpoint import OmniVoiceCheckpoint
@@ -223,6 +224,9 @@ class OmniVoiceGeneratorStage(Stage):
                 for i in waiting:
                     done(i, RuntimeError("the stream's first segment is not available"))
                 break
+            # One segment per stream per call: the batch's row count changes its float sums,
+            # so a stream's own segments queued together would sample otherwise than alone.
+            runnable = one_row_per_stream(batch, runnable)[0]
             waiting = [i for i in waiting if i not in runnable]
             jobs = {}
             for i in runnable:
