@@ -188,12 +188,14 @@ def test_a_seeded_request_beside_three_others_stays_within_the_stated_bound_of_a
     assert diff <= CONCURRENT_BOUND
 
 
-def test_a_seeded_request_streamed_gives_the_same_pcm_as_whole(served, family, example, replayed):
+def test_a_seeded_request_streamed_as_audio_or_sse_gives_the_same_pcm_as_whole(served, family, example, replayed):
     with httpx.stream("POST", served.url + "/v1/audio/speech", timeout=300,
                       json=seeded_body(family, example, stream_format="audio")) as r:
         assert r.status_code == 200
         streamed = b"".join(r.iter_bytes())
     assert streamed == replayed
+    events = sse_events(served, seeded_body(family, example, stream=True))
+    assert b"".join(base64.b64decode(e["audio"]) for e in events if e.get("audio")) == replayed
 
 
 def test_a_seeded_request_through_the_websocket_gives_the_same_pcm(served, family, example, replayed):

@@ -210,8 +210,12 @@ def test_generate_plays_every_sample_of_the_front_s_answer_in_order_from_the_fir
     assert last["received"] == last["played"] == samples.size, last
     assert last["receivedHash"] == last["playedHash"] == fnv1a(samples), last
     assert last["firstAudioMs"] is not None and last["drained"]
-    # The page asked for what the form says, and played the front's own answer to it.
+    # The page asked for what the form says, and played the front's own answer to it: the
+    # same seeded body sent again, alone, replays byte for byte on every family (the
+    # seeded-replay contract, tests/contract/test_family_contract.py; docs/api.md). Nothing
+    # else runs on this server meanwhile: the page has drained its answer.
     assert last["body"] == {**body, "response_format": "pcm", "stream_format": "audio"}
+    assert "seed" in last["body"]
     direct = httpx.post(served.url + "/v1/audio/speech", timeout=300, json=last["body"])
     assert direct.status_code == 200, direct.text
     assert int(direct.headers["X-Sample-Rate"]) == rate

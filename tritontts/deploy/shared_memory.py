@@ -15,11 +15,10 @@ What the launcher does with that (docs/triton-on-cpu.md, "Shared memory"):
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-SHM_DIR = Path("/dev/shm")
+from ..serving.shared_memory import MIB, SHM_DIR, free_bytes
 # The Python backend's shm-default-byte-size and shm-growth-byte-size (Triton 2.51's
 # defaults; the launcher does not change them).
 REGION_START_BYTES = REGION_GROWTH_BYTES = 1 << 20
@@ -28,7 +27,6 @@ REGION_START_BYTES = REGION_GROWTH_BYTES = 1 << 20
 # one-second chunks at 48 kHz is 1.5 MiB). Measured over the family contract suite, no
 # region grew past its first 1 MiB (11 MiB in use at most, two servers at once).
 SERVING_BYTES_PER_STUB = 8 << 20
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -67,11 +65,6 @@ def remedy(need: int) -> str:
     size = max(64, -(-need // MIB))
     return (f"give it more (docker run --shm-size={size}m, a Kubernetes emptyDir with medium Memory at "
             f"/dev/shm, or mount -o remount,size={size}m /dev/shm) or free what is there")
-
-
-def free_bytes(path: Path = SHM_DIR) -> int:
-    stat = os.statvfs(path)
-    return stat.f_bavail * stat.f_frsize
 
 
 def stub_count(models: list[str] | tuple[str, ...], repositories: tuple[Path, ...]) -> int:

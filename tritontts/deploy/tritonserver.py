@@ -156,14 +156,11 @@ def describe_death(pid: int, label: str) -> str:
 
 def bus_error_hint() -> str:
     """What a stage's SIGBUS usually is: a page of a mapped file that cannot be backed (a
-    /dev/shm region grown past what tmpfs has, or a file truncated under its mapping)."""
-    from . import shared_memory
+    /dev/shm region grown past what tmpfs has, or a file truncated under its mapping), or
+    Triton's Python backend crashing as its stage processes start (TritonServer.start_ready)."""
+    from ..serving.shared_memory import free_text
 
-    try:
-        free = f"{shared_memory.free_bytes() / shared_memory.MIB:.0f} MiB free now"
-    except OSError:
-        free = "not readable"
-    return (f": a mapped page that could not be backed, usually shared memory (/dev/shm: {free}) or a "
+    return (f": a mapped page that could not be backed, usually shared memory (/dev/shm: {free_text()} now) or a "
             "file truncated while mapped; its native stack is in the server log (faulthandler)")
 
 

@@ -99,12 +99,9 @@ def send_response(sender, response, flags: int = 0, stage: str = "a stage") -> b
         logger.error("%s: sending a response failed: %s", stage, exc)
         if "shared memory" not in str(exc):
             return False
-        from ..deploy import shared_memory
+        from .shared_memory import free_text
 
-        try:
-            free = f"{shared_memory.free_bytes() / shared_memory.MIB:.1f} MiB free"
-        except OSError:
-            free = "its free space not readable"
+        free = free_text()
         reason = (f"{UNAVAILABLE_TAG} {stage} could not send its response: it does not fit the shared memory "
                   f"Triton's Python backend moves tensors through (/dev/shm, {free}); retry later, or give the "
                   f"server more /dev/shm ({exc})")
