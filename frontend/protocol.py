@@ -162,8 +162,9 @@ class SessionConfig(SpeechFields):
 
     type: Literal["session.config"] = "session.config"
     split_granularity: Literal["sentence", "clause", "none"] = Field(
-        "sentence", description="'sentence' (default): each sentence is synthesized as soon as it "
-        "is complete, before input.done; 'clause' also cuts at , ; :; 'none': on input.done only")
+        "none", description="'none' (default, as vLLM-Omni): the text buffered until input.done is "
+        "one request; 'sentence': each sentence is synthesized as soon as it is complete, before "
+        "input.done; 'clause' also cuts at , ; :")
     stream_audio: bool | None = Field(None, description="accepted for vLLM-Omni clients: audio "
                                       "always streams as binary frames")
 

@@ -1,7 +1,8 @@
 """WebSocket /v1/audio/speech/stream: text in as it is written, audio out as it is spoken.
 
 Client -> server (JSON text messages):
-    {"type": "session.config", ...}   the speech fields (no input) + split_granularity;
+    {"type": "session.config", ...}   the speech fields (no input) + split_granularity
+                                      ("none", the default, "sentence" or "clause");
                                       first, within CONFIG_TIMEOUT_S; again between utterances
     {"type": "input.text", "text": "..."}   more text of the current utterance
     {"type": "input.done"}            the utterance is complete: speak the rest; the
@@ -14,11 +15,12 @@ Server -> client:
     {"type": "session.done", "utterance_index", "total_sentences"}   after input.done
     {"type": "error", "message", "status", "param"}
 
-Unlike a buffer-until-done design, a sentence is synthesized as soon as it is complete
-(split_granularity "sentence", the default): an LLM streaming its answer into TTS is heard
-while it is still writing. Sentences are spoken in order, one after another, by one task per
-session; a client that goes away cancels the sentence being synthesized (its Triton stream
-and admission slot are freed) and drops the rest.
+By default (split_granularity "none", as vLLM-Omni) the text buffered until input.done is
+one request, one "sentence" of the utterance. With "sentence" (or "clause") a sentence is
+synthesized as soon as it is complete, before input.done: an LLM streaming its answer into
+TTS is heard while it is still writing. Sentences are spoken in order, one after another, by
+one task per session; a client that goes away cancels the sentence being synthesized (its
+Triton stream and admission slot are freed) and drops the rest.
 """
 from __future__ import annotations
 

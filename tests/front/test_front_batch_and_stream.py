@@ -90,11 +90,35 @@ def test_text_splitter_yields_sentences_as_they_complete_not_abbreviations():
     assert TextSplitter("none").feed("One. Two. ") == []
 
 
-def test_websocket_speaks_the_first_sentence_before_input_done_and_stays_open():
+def test_websocket_by_default_speaks_the_text_buffered_until_input_done_as_one_request():
+    """vLLM-Omni's default: nothing is synthesized before input.done; then the whole
+    utterance is one request (one audio.start ... audio.done)."""
     fake = FakeTritonClient(tone_chunks(2, 441), sample_rate=22050)
     with TestClient(create_app("fake:0", ["piper"], client=fake)) as client:
         with client.websocket_connect("/v1/audio/speech/stream") as ws:
             ws.send_text(json.dumps({"type": "session.config", "response_format": "pcm"}))
+            configured = ws.receive_json()
+            assert configured["type"] == "session.configured" and configured["split_granularity"] == "none"
+            for piece in ["Hello ", "there. ", "How ", "are you?"]:
+                ws.send_text(json.dumps({"type": "input.text", "text": piece}))
+            ws.send_text(json.dumps({"type": "input.done"}))
+            start = ws.receive_json()
+            assert (start["type"], start["sentence_text"]) == ("audio.start", "Hello there. How are you?")
+            messages = []
+            while not messages or messages[-1] != "session.done":
+                m = ws.receive()
+                messages.append(json.loads(m["text"])["type"] if m.get("text") else "audio")
+            assert messages == ["audio", "audio", "audio.done", "session.done"]
+            ws.send_text(json.dumps({"type": "session.close"}))
+    assert [c["text"] for c in fake.calls] == ["Hello there. How are you?"]
+
+
+def test_websocket_split_by_sentence_speaks_the_first_sentence_before_input_done_and_stays_open():
+    fake = FakeTritonClient(tone_chunks(2, 441), sample_rate=22050)
+    with TestClient(create_app("fake:0", ["piper"], client=fake)) as client:
+        with client.websocket_connect("/v1/audio/speech/stream") as ws:
+            ws.send_text(json.dumps({"type": "session.config", "response_format": "pcm",
+                                     "split_granularity": "sentence"}))
             assert ws.receive_json()["type"] == "session.configured"
             for word in ["Hello ", "there. ", "How "]:
                 ws.send_text(json.dumps({"type": "input.text", "text": word}))
@@ -123,7 +147,7 @@ def test_websocket_client_gone_mid_sentence_cancels_its_triton_stream():
     fake = FakeTritonClient(tone_chunks(3), gates={1: gate})
     with TestClient(create_app("fake:0", ["piper"], client=fake)) as client:
         with client.websocket_connect("/v1/audio/speech/stream") as ws:
-            ws.send_text(json.dumps({"type": "session.config"}))
+            ws.send_text(json.dumps({"type": "session.config", "split_granularity": "sentence"}))
             ws.receive_json()
             ws.send_text(json.dumps({"type": "input.text", "text": "Hello there. "}))
             assert ws.receive_json()["type"] == "audio.start"

@@ -118,7 +118,7 @@ def test_websocket_fed_word_by_word_speaks_before_input_done(server, whisper):
     words = "Hello there. The birch canoe slid on the smooth planks.".split(" ")
     with connect(server.url.replace("http", "ws") + "/v1/audio/speech/stream", max_size=None) as ws:
         ws.send(json.dumps({"type": "session.config", "model": "piper", "response_format": "pcm",
-                            "seed": 3}))
+                            "seed": 3, "split_granularity": "sentence"}))
         assert json.loads(ws.recv(timeout=60))["type"] == "session.configured"
         sent = 0
         for word in words[:2]:

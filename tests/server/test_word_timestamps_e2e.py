@@ -72,7 +72,7 @@ def test_sse_deltas_carry_the_words_as_they_are_placed(http):
 def test_websocket_chunks_carry_words_in_the_utterances_timeline(stack):
     with connect(stack.url.replace("http", "ws") + "/v1/audio/speech/stream", max_size=None) as ws:
         ws.send(json.dumps({"type": "session.config", "model": "piper", "response_format": "pcm",
-                            "seed": 3, "word_timestamps": True}))
+                            "seed": 3, "word_timestamps": True, "split_granularity": "sentence"}))
         assert json.loads(ws.recv(timeout=60))["type"] == "session.configured"
         ws.send(json.dumps({"type": "input.text", "text": TEXT}))
         ws.send(json.dumps({"type": "input.done"}))

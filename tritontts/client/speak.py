@@ -101,7 +101,8 @@ async def speak_ws(args, fmt: str, output: str) -> int:
     import websockets
 
     url = args.url.rstrip("/").replace("http", "ws", 1) + "/v1/audio/speech/stream"
-    config = {"type": "session.config", **request_fields(args, "pcm")}
+    # Lines are spoken as their sentences complete (the server's default waits for input.done).
+    config = {"type": "session.config", **request_fields(args, "pcm"), "split_granularity": "sentence"}
     pcm = io.BytesIO()
     rate = None
     loop = asyncio.get_running_loop()
