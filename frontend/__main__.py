@@ -64,10 +64,11 @@ def engine_arg(value: str) -> tuple[str, str, object]:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     from tritontts.deploy.profiles import engine_settings_path
-    from tritontts.deploy.repository import STAGE_REPOSITORY
+    from tritontts.deploy.repository import STAGE_REPOSITORY, committed_stage
 
-    # A vLLM stage is one with engine arguments in 1/model.json: the talkers, AuK's encoder.
-    if not engine_settings_path(STAGE_REPOSITORY / stage):
+    # A vLLM stage is one with engine arguments in 1/model.json: the talkers, AuK's encoder;
+    # another served checkpoint's copy of one (qwen3_tts-base_talker) is one too.
+    if not engine_settings_path(STAGE_REPOSITORY / committed_stage(stage)):
         raise argparse.ArgumentTypeError(f"{stage!r} in {value!r} is not a vLLM stage (e.g. fish_s2_pro_talker, "
                                          "auk_encoder): only vLLM stages have engine arguments")
     return stage, key, parsed
@@ -86,7 +87,9 @@ def stage_setting(value: str) -> tuple[str, str, object]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"--stage-setting takes STAGE.KEY=VALUE (e.g. "
                                          f"cosyvoice3_talker.sampling_method=standard), got {value!r}") from None
-    path = STAGE_REPOSITORY / stage / "1" / "model.json"
+    from tritontts.deploy.repository import committed_stage
+
+    path = STAGE_REPOSITORY / committed_stage(stage) / "1" / "model.json"
     settings = json.loads(path.read_text()) if path.is_file() else {}
     keys = sorted(k for k in settings if k != "engine_args")
     if key not in keys:

@@ -82,6 +82,39 @@ def quick_start(status: int = 200, says: str = "") -> tuple[DocumentedRequest, .
 
 
 @dataclass(frozen=True)
+class Layout:
+    """How a family's checkpoint folder is told from its files alone (`tritontts serve MODEL`
+    names no family): every path of `files` present (a glob pattern matches any file), and
+    each key of config.json's `config` among its values. Two families' layouts never both
+    match one folder (tests/contract/test_checkpoint_layouts.py)."""
+    files: tuple[str, ...] = ()
+    config: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def matches(self, root: Path) -> bool:
+        if not root.is_dir() or not all(next(root.glob(pattern), None) is not None for pattern in self.files):
+            return False
+        if not self.config:
+            return True
+        config = config_json(root)
+        return all(config.get(key) in values for key, values in self.config.items())
+
+    def describe(self) -> str:
+        said = [f"config.json {key} {' or '.join(map(str, values))}" for key, values in self.config.items()]
+        return ", ".join(said + list(self.files))
+
+
+def config_json(root: Path) -> dict[str, Any]:
+    """The folder's config.json as a dict ({} when it has none or it is not a JSON object)."""
+    import json
+
+    try:
+        value = json.loads((root / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
 class Variant:
     """Another checkpoint of a family that the contract suite also runs: the options its
     random checkpoint is written with, and the request fields a request to it needs."""
@@ -182,6 +215,11 @@ class Family:
     # Released checkpoint names a request's `model` may use for this family
     # (e.g. FunAudioLLM/Fun-CosyVoice3-0.5B-2512).
     released_names: tuple[str, ...] = ()
+    # How its released checkpoint folder is recognised (None: it has none to serve from a
+    # path), and what kind of it an opened checkpoint is, in words ("Base", "AuK-Flash"):
+    # what `tritontts serve MODEL` detects and reports.
+    layout: Layout | None = None
+    variant_of: Callable[[Any], str] | None = None
     # For tests and benchmarks: a random checkpoint in the real layout, and the extra
     # request fields (beyond input/voice) that a request to it needs.
     write_random_checkpoint: Callable[..., Path] | None = None

@@ -136,6 +136,22 @@ def served_model_stage(model: str, family: Family, stage: str) -> str:
     return model + stage[len(family.name):]
 
 
+def committed_stage(name: str) -> str:
+    """The committed stage (model_repository/<stage>) a served stage name is a copy of: itself,
+    or for another checkpoint's renamed stage (qwen3_tts-base_talker) the family's own
+    (qwen3_tts_talker)."""
+    from ..families import FAMILIES, MODEL_SUFFIX_SEPARATOR
+
+    family, sep, rest = name.partition(MODEL_SUFFIX_SEPARATOR)
+    if sep and family in FAMILIES:
+        for stage in FAMILIES[family].stages:
+            tail = stage[len(family):]
+            suffix = rest[:len(rest) - len(tail)] if rest.endswith(tail) else ""
+            if suffix and suffix.replace("_", "").isalnum():
+                return stage
+    return name
+
+
 def write_served_model(model: str, family: Family, checkpoint: Path, out: Path,
                    source: Path = STAGE_REPOSITORY) -> None:
     """Into repository `out`: the family's stages (from `source`, e.g. a deployment

@@ -5,7 +5,8 @@ stream: the audio is sent in chunks as the VAE decodes the finished latents."""
 from __future__ import annotations
 
 
-from ...family import Capabilities, DocumentedRequest, Family, Form, Variant, lazy, quick_start, synthetic_reference
+from ...family import (
+    Capabilities, DocumentedRequest, Family, Form, Layout, Variant, lazy, quick_start, synthetic_reference)
 from .request import FIELDS, INPUT_MODES, parse_auk_params
 
 
@@ -38,6 +39,8 @@ FAMILY = Family(
     form=lambda checkpoint: Form({"input_mode": INPUT_MODES}),
     # Upstream's model names (Tencent-Hunyuan/AuK); a served folder named so matches too.
     released_names=("Tencent-Hunyuan/AuK", "Tencent-Hunyuan/AuK-Flash"),
+    layout=Layout(files=("config.json",), config={"model_type": ("auk",)}),
+    variant_of=lambda checkpoint: "AuK-Flash" if checkpoint.is_flash else "AuK",
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     torch_networks=lazy(__package__, ".networks:torch_networks"),
     # A second of audio in 4 steps keeps the tiny checkpoint's tests fast (the default is 32).

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 
-from ...family import Capabilities, DocumentedRequest, Family, Form, VoiceMode, REF_AUDIO, REF_TEXT, lazy, quick_start
+from ...family import (
+    REF_AUDIO, REF_TEXT, Capabilities, DocumentedRequest, Family, Form, Layout, VoiceMode, lazy, quick_start)
 from .request import FIELDS, METHOD, METHODS, parse_cosyvoice3_params
 
 
@@ -54,6 +55,7 @@ FAMILY = Family(
     voice_modes=(VoiceMode("clone", "the reference's speech tokens, CAM++ embedding and prompt mel with its "
                            "transcript (upstream's zero-shot prompt)", transcript=True),),
     released_names=("FunAudioLLM/Fun-CosyVoice3-0.5B-2512",),
+    layout=Layout(files=("cosyvoice3.yaml", "llm.pt", "flow.pt", "hift.pt")),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     graphs=lazy(__package__, ".stages:export_graphs"),
     batch_cases=lazy(__package__, ".batching:batch_cases"),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 from ...family import (
-    Capabilities, DocumentedRequest, Family, VoiceMode, REF_AUDIO, REF_TEXT, lazy, quick_start, synthetic_reference)
+    REF_AUDIO, REF_TEXT, Capabilities, DocumentedRequest, Family, Layout, VoiceMode, lazy, quick_start,
+    synthetic_reference)
 from .request import FIELDS, parse_fish_s2_pro_params
 
 
@@ -37,6 +38,7 @@ FAMILY = Family(
     voice_encoder="fish_s2_pro_prompt",
     voice_modes=(VoiceMode("clone", "the reference's codes with its transcript", transcript=True),),
     released_names=("fishaudio/s2-pro",),
+    layout=Layout(files=("codec.pth",), config={"model_type": ("fish_qwen3_omni",)}),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     torch_networks=lazy(__package__, ".networks:torch_networks"),
     # Cloning (the family's richer path); the tiny random talker rarely ends by itself: bounded.

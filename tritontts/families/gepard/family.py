@@ -3,7 +3,7 @@ frames per second, streamed in exact chunks (10 frames first, then 86)."""
 from __future__ import annotations
 
 
-from ...family import Capabilities, Family, lazy, quick_start
+from ...family import Capabilities, Family, Layout, lazy, quick_start
 from .request import FIELDS, parse_gepard_params
 
 
@@ -26,6 +26,8 @@ FAMILY = Family(
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voices=lambda checkpoint: ["default"],
     released_names=("nineninesix/gepard-1.0",),
+    # config.json is the bare Qwen3.5 backbone's (qwen3_5_text): the sidecar tells it apart.
+    layout=Layout(files=("gepard_config.json",), config={"model_type": ("qwen3_5_text",)}),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     batch_cases=lazy(__package__, ".batching:batch_cases"),
     torch_networks=lazy(__package__, ".networks:torch_networks"),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 from ...family import (
-    Capabilities, DocumentedRequest, Family, Form, VoiceMode, REF_AUDIO, REF_TEXT, lazy, quick_start, synthetic_reference)
+    REF_AUDIO, REF_TEXT, Capabilities, DocumentedRequest, Family, Form, Layout, VoiceMode, lazy, quick_start,
+    synthetic_reference)
 from .request import FIELDS, parse_glm_tts_params
 
 
@@ -38,6 +39,7 @@ FAMILY = Family(
     voice_modes=(VoiceMode("clone", "the reference's WhisperVQ tokens, CAM++ embedding and prompt mel with "
                            "its transcript (upstream's zero-shot prompt)", transcript=True),),
     released_names=("zai-org/GLM-TTS",),
+    layout=Layout(files=("llm/config.json", "vq32k-phoneme-tokenizer/tokenizer.model", "flow")),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     torch_networks=lazy(__package__, ".networks:torch_networks"),
     example_params=synthetic_reference,     # a 3 s reference: the shortest the family takes

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 
 from ...family import (
-    Capabilities, DocumentedRequest, Family, VoiceMode, REF_AUDIO, REF_TEXT, Variant, lazy, quick_start, synthetic_reference)
+    REF_AUDIO, REF_TEXT, Capabilities, DocumentedRequest, Family, Layout, Variant, VoiceMode, lazy, quick_start,
+    synthetic_reference)
 from .request import FIELDS, parse_higgs_audio_v2_params
 
 
@@ -55,6 +56,8 @@ FAMILY = Family(
     voice_modes=(VoiceMode("clone", "the reference's codes with its transcript, prompted as an earlier turn",
                            transcript=True),),
     released_names=("bosonai/higgs-audio-v2-generation-3B-base",),
+    # The unconverted boson-ai release (higgs_audio) is recognised too: its reader says how to convert it.
+    layout=Layout(files=("audio_tokenizer/config.json",), config={"model_type": ("higgs_audio_v2", "higgs_audio")}),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     graphs=lazy(__package__, ".stages:export_graphs"),
     batch_cases=lazy(__package__, ".batching:batch_cases"),

@@ -4,7 +4,8 @@ design from attributes in `instructions`, cloning from a reference with its tran
 from __future__ import annotations
 
 
-from ...family import Capabilities, DocumentedRequest, Family, VoiceMode, Variant, lazy, quick_start, synthetic_reference
+from ...family import (
+    Capabilities, DocumentedRequest, Family, Layout, Variant, VoiceMode, lazy, quick_start, synthetic_reference)
 from .request import FIELDS, parse_omnivoice_params
 
 
@@ -32,6 +33,7 @@ FAMILY = Family(
     voice_encoder="omnivoice_prompt",
     voice_modes=(VoiceMode("clone", "the reference's codes, loudness and transcript", transcript=True),),
     released_names=("k2-fsa/OmniVoice",),
+    layout=Layout(files=("audio_tokenizer/config.json",), config={"model_type": ("omnivoice",)}),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     graphs=lazy(__package__, ".stages:export_graphs"),
     batch_cases=lazy(__package__, ".batching:batch_cases"),

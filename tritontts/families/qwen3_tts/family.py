@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...family import (
-    Capabilities, DocumentedRequest, Family, Form, REF_AUDIO, REF_TEXT, SpeakerEmbeddings, Variant, VoiceMode, lazy,
-    quick_start, synthetic_reference)
+    REF_AUDIO, REF_TEXT, Capabilities, DocumentedRequest, Family, Form, Layout, SpeakerEmbeddings, Variant,
+    VoiceMode, lazy, quick_start, synthetic_reference)
 from .request import FIELDS, parse_qwen3_tts_params
 
 # How a Base checkpoint stores a voice from a recording (vLLM-Omni's precompute_custom_voice.py
@@ -66,6 +66,9 @@ DOCUMENTED = quick_start() + (
                       variant="base"),
 )
 
+# A checkpoint's tts_model_type as its release names it.
+KIND_NAMES = {"custom_voice": "CustomVoice", "voice_design": "VoiceDesign", "base": "Base"}
+
 FAMILY = Family(
     name="qwen3_tts",
     documented_requests=DOCUMENTED,
@@ -89,6 +92,8 @@ FAMILY = Family(
     released_names=tuple(f"Qwen/Qwen3-TTS-12Hz-{size}-{kind}" for size, kind in (
         ("0.6B", "CustomVoice"), ("1.7B", "CustomVoice"), ("1.7B", "VoiceDesign"),
         ("0.6B", "Base"), ("1.7B", "Base"))),
+    layout=Layout(config={"model_type": ("qwen3_tts",)}),
+    variant_of=lambda checkpoint: KIND_NAMES[checkpoint.config.kind],
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     graphs=lazy(__package__, ".stages:export_graphs"),
     batch_cases=lazy(__package__, ".batching:batch_cases"),

@@ -3,7 +3,9 @@ its transcript, also continued from it); 48 kHz, streamed patch by patch."""
 from __future__ import annotations
 
 
-from ...family import Capabilities, DocumentedRequest, Family, Form, VoiceMode, REF_AUDIO, lazy, quick_start, synthetic_reference
+from ...family import (
+    REF_AUDIO, Capabilities, DocumentedRequest, Family, Form, Layout, VoiceMode, lazy, quick_start,
+    synthetic_reference)
 from .request import CLONE_MODES, FIELDS, parse_voxcpm2_params
 
 
@@ -37,6 +39,7 @@ FAMILY = Family(
                            "the transcript", transcript=True),
                  VoiceMode("reference", "the reference patches alone (no transcript)", transcript=False)),
     released_names=("openbmb/VoxCPM2",),
+    layout=Layout(files=("config.json", "audiovae.safetensors")),
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     batch_cases=lazy(__package__, ".batching:batch_cases"),
     torch_networks=lazy(__package__, ".networks:torch_networks"),

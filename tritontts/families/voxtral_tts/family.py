@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...family import Capabilities, Family, lazy, quick_start
+from ...family import Capabilities, Family, Layout, lazy, quick_start
 from .request import FIELDS, parse_voxtral_tts_params
 
 
@@ -29,6 +29,7 @@ FAMILY = Family(
                     "tekken.json, voice_embedding/NAME.pt",
     checkpoint_required=True,
     released_names=("mistralai/Voxtral-4B-TTS-2603",),
+    layout=Layout(files=("params.json", "tekken.json", "consolidated.safetensors")),
     open_checkpoint=lazy(__package__, ".checkpoint:open_checkpoint"),
     voices=_voices,
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
