@@ -20,7 +20,7 @@ import sys
 
 from tritontts.launch.resolve import Resolved, ResolveError, resolve
 from tritontts.launch.vllm_omni import (
-    ENV, FLAGS, MAPPED, NO_EFFECT, STAGE_FLAG, OmniError, omni_stages, stage_overrides)
+    ENV, FLAGS, MAPPED, NO_EFFECT, STAGE_FLAG, OmniError, omni_stages, read_deploy_config, stage_overrides)
 
 logger = logging.getLogger("tritontts.serve")
 
@@ -72,7 +72,9 @@ def translate(args: list[str], environ: dict[str, str] | None = None) -> tuple[l
     environ = dict(os.environ if environ is None else environ)
     flags = {o.name: o for o in FLAGS}
     models: list[str] = []
-    stage_args: list[tuple[int, int, str, str]] = []    # (model index, stage, field, value)
+    # (model index, stage, field, value, strict): a flag's field on a stage without an engine
+    # is refused; a deploy YAML's (written for vLLM-Omni's stages) is logged as without effect.
+    stage_args: list[tuple[int, int, str, str, bool]] = []
     ours: list[str] = []
     said: list[str] = []
     served_name = None
@@ -95,10 +97,15 @@ def translate(args: list[str], environ: dict[str, str] | None = None) -> tuple[l
         elif (match := STAGE_FLAG.match(flag)) is not None:
             if not models:
                 raise OmniError(f"{flag}: name the MODEL first (it applies to the MODEL before it)")
-            stage_args.append((len(models) - 1, int(match.group(1)), match.group(2), value()))
+            stage_args.append((len(models) - 1, int(match.group(1)), match.group(2), value(), True))
         elif flag == "--stage-overrides":
             for stage, fields in stage_overrides(value()).items():
-                stage_args += [(0, stage, key, json_value(v)) for key, v in fields.items()]
+                stage_args += [(0, stage, key, json_value(v), True) for key, v in fields.items()]
+        elif flag == "--deploy-config":
+            deploy = read_deploy_config(value())
+            stage_args += [(0, stage, key, json_value(v), False) for stage, key, v in deploy.stage_fields]
+            ours += ["--dtype", deploy.dtype] if deploy.dtype else []
+            said += deploy.said
         elif flag == "--served-model-name":
             served_name = value()
         elif flag == "--api-server-count":
@@ -153,8 +160,13 @@ def translate(args: list[str], environ: dict[str, str] | None = None) -> tuple[l
                     + (f", from {r.path}" if r.path is not None else "") + f", served as model {r.model!r}")
     if served_name is not None:
         argv += ["--served-model-name", f"{names[0]}={served_name}"]
-    for model_index, stage, field, given in stage_args:
-        argv += engine_arg(names[model_index], resolved[model_index], stage, field, given)
+    for model_index, stage, field, given, strict in stage_args:
+        try:
+            argv += engine_arg(names[model_index], resolved[model_index], stage, field, given)
+        except OmniError as exc:
+            if strict:
+                raise
+            said.append(f"--deploy-config stages[{stage}].{field}: accepted; no effect here: {exc}")
     if "--port" not in ours:
         ours += ["--port", DEFAULT_PORT]
     port = ours[ours.index("--port") + 1]

@@ -104,7 +104,7 @@ def test_the_launcher_takes_the_translated_argv_including_a_second_checkpoints_e
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--deploy-config", "x.yaml"], "--deploy-config: not read yet"),
+    (["--deploy-config", "/no/such.yaml"], "--deploy-config /no/such.yaml: not readable"),
     (["--api-server-count", "2"], "--api-server-count 2: N > 1 not served yet"),
     (["--no-such-flag"], "--no-such-flag: neither a vLLM-Omni serve flag"),
     (["--stage-1-max-num-seqs", "2"], "--stage-1-max-num-seqs: qwen3_tts) has stages 0 qwen3_tts_talker, "
@@ -128,3 +128,58 @@ def test_every_vllm_omni_option_is_in_the_generated_migration_table_of_docs_api_
     assert vllm_omni.with_table(text) == text, "run python -m tritontts.launch.vllm_omni"
     for option in (*vllm_omni.FLAGS, *vllm_omni.ENV):
         assert f"`{option.name}" in text and option.kind in (vllm_omni.MAPPED, vllm_omni.NO_EFFECT, vllm_omni.REFUSED)
+
+
+COSYVOICE3_DEPLOY = """\
+# written in the shape of vLLM-Omni's vllm_omni/deploy/cosyvoice3.yaml
+async_chunk: true
+dtype: float32
+connectors:
+  connector_of_shared_memory:
+    name: SharedMemoryConnector
+    extra: {codec_chunk_frames: 15, initial_codec_chunk_frames: 5}
+stages:
+  - stage_id: 0
+    max_num_seqs: 8
+    gpu_memory_utilization: 0.4
+    enforce_eager: false
+    enable_prefix_caching: false
+    default_sampling_params: {max_tokens: 2048, top_k: 25}
+    devices: "0"
+  - stage_id: 1
+    max_num_seqs: 8
+    max_model_len: 32768
+    enforce_eager: true
+no_such_key: 1
+"""
+
+
+def test_a_deploy_yaml_sets_dtype_and_each_stages_engine_fields_and_says_what_has_no_effect(random_checkpoints,
+                                                                                           tmp_path):
+    from frontend.__main__ import parse_args
+
+    deploy = tmp_path / "cosyvoice3.yaml"
+    deploy.write_text(COSYVOICE3_DEPLOY)
+    argv, said = translate([str(random_checkpoints["cosyvoice3"]), "--deploy-config", str(deploy)], environ={})
+    joined = " ".join(argv)
+    assert "--engine-arg cosyvoice3_talker.max_num_seqs=8" in joined
+    assert "--engine-arg cosyvoice3_talker.enforce_eager=false" in joined
+    assert "--engine-arg cosyvoice3_talker.enable_prefix_caching=false" in joined and "--dtype float32" in joined
+    args = parse_args(argv)       # the launcher takes every one of them
+    assert ("cosyvoice3_talker", "max_num_seqs", 8) in args.engine_arg and args.dtype == "float32"
+    assert any(line.startswith("--deploy-config async_chunk: accepted;") for line in said)
+    assert any(line.startswith("--deploy-config stages[0].gpu_memory_utilization: accepted;") for line in said)
+    assert any(line.startswith("--deploy-config stages[0].default_sampling_params: accepted;") for line in said)
+    # Stage 1 is vLLM-Omni's code2wav engine; here a Triton-batched flow: logged, not applied.
+    assert any(line.startswith("--deploy-config stages[1].max_num_seqs: accepted; no effect here") for line in said)
+    assert f"warning: --deploy-config {deploy}: unknown key no_such_key: ignored" in said
+
+
+def test_a_deploy_yaml_that_is_not_yaml_is_refused_in_one_line(random_checkpoints, tmp_path):
+    from tritontts.launch.vllm_omni import OmniError
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("stages: [\n  - stage_id: 0\n")
+    with pytest.raises(OmniError) as failed:
+        translate([str(random_checkpoints["cosyvoice3"]), "--deploy-config", str(bad)], environ={})
+    assert "\n" not in str(failed.value) and str(failed.value).startswith(f"--deploy-config {bad}: not YAML")

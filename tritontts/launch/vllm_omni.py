@@ -47,7 +47,10 @@ FLAGS: tuple[OmniOption, ...] = (
     OmniOption("--gpu-memory-utilization", "FRACTION", NO_EFFECT, "on the CPU each vLLM stage's KV cache is "
                "sized from its checkpoint for --kv-requests full-length requests; the gpu profile gives the "
                "engines their shares of --gpu-memory-gib"),
-    OmniOption("--deploy-config", "PATH", REFUSED, "not read yet: give its stage fields as --stage-N-FIELD"),
+    OmniOption("--deploy-config", "PATH", MAPPED, "vLLM-Omni's deploy YAML, for the first MODEL: dtype, and each "
+               "stage's engine fields (max_num_seqs, max_model_len, "
+               "max_num_batched_tokens, enable_prefix_caching, enforce_eager) as --stage-N-FIELD; every other key "
+               "is logged with why it has no effect here, an unknown one named in a warning", None),
     OmniOption("--no-async-chunk", None, REFUSED, "not mapped yet: every family streams in chunks; "
                "non_streaming_mode is a request field of the families that take it"),
     OmniOption("--api-server-count", "N", REFUSED, "N > 1 not served yet: start more fronts on other ports "
@@ -110,6 +113,79 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         API_DOC.write_text(new)
     return 0
+
+
+# vLLM-Omni deploy YAML keys (vllm_omni/deploy/*.yaml) and what they do here.
+DEPLOY_STAGE_ENGINE_KEYS = ("max_num_seqs", "max_model_len", "max_num_batched_tokens", "enable_prefix_caching",
+                            "enforce_eager")
+DEPLOY_NO_EFFECT = {
+    "pipeline": "the family is told from the checkpoint's own files",
+    "trust_remote_code": "nothing of a checkpoint is executed",
+    "async_chunk": "every family streams its stages' chunks; there is no synchronous mode to choose",
+    "connectors": "the stages pass chunks through Triton's decoupled ensemble, not a connector; each family's "
+                  "chunk sizes are its talker stage's 1/model.json (--stage-setting STAGE.chunks=...)",
+    "stage_id": None, "engine_args": None,
+    "gpu_memory_utilization": "on the CPU the KV cache is sized for --kv-requests; the gpu profile shares "
+                              "--gpu-memory-gib",
+    "devices": "stages are placed by the profile (--profile gpu --gpus IDS)",
+    "async_scheduling": "each talker steps its engine in its stage's process",
+    "hf_overrides": "each family's talker is registered by this project's own code",
+    "output_connectors": "see connectors", "input_connectors": "see connectors",
+    "disable_hybrid_kv_cache_manager": "vLLM's KV manager as each talker's engine sets it",
+    "mm_processor_cache_gb": "no multimodal processor runs", "skip_mm_profiling": "no multimodal processor runs",
+    "default_sampling_params": "each family's sampling defaults are its checkpoint's generation config; a "
+                               "request's own fields (temperature, top_k, top_p, max_new_tokens) override them",
+    "custom_voice_dir": "not read yet: give stored voices with --preload-voices DIR (the --voices-dir layout)",
+}
+
+
+@dataclass
+class DeployConfig:
+    """What a deploy YAML sets here: --dtype, engine fields by vLLM-Omni stage id, and the
+    lines to log (keys without effect, with why; unknown keys named)."""
+    dtype: str | None
+    stage_fields: list[tuple[int, str, object]]
+    said: list[str]
+
+
+def read_deploy_config(path: str) -> DeployConfig:
+    try:
+        import yaml
+
+        data = yaml.safe_load(Path(path).expanduser().read_text())
+    except OSError as exc:
+        raise OmniError(f"--deploy-config {path}: not readable ({exc.strerror or exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a YAML error, in one line
+        raise OmniError(f"--deploy-config {path}: not YAML ({' '.join(str(exc).split())[:200]})") from None
+    if not isinstance(data, dict):
+        raise OmniError(f"--deploy-config {path}: a deploy config is a YAML mapping (dtype, stages, ...)")
+    config = DeployConfig(None, [], [])
+
+    def note(key: str, where: str = "") -> None:
+        if key in DEPLOY_NO_EFFECT:
+            if DEPLOY_NO_EFFECT[key]:
+                config.said.append(f"--deploy-config {where}{key}: accepted; {DEPLOY_NO_EFFECT[key]}")
+        else:
+            config.said.append(f"warning: --deploy-config {path}: unknown key {where}{key}: ignored")
+
+    for key, value in data.items():
+        if key == "dtype":
+            config.dtype = str(value)
+        elif key == "stages":
+            if not isinstance(value, list):
+                raise OmniError(f"--deploy-config {path}: stages is a list of stage mappings")
+            for at, stage in enumerate(value):
+                if not isinstance(stage, dict):
+                    raise OmniError(f"--deploy-config {path}: stages[{at}] is not a mapping")
+                stage_id = int(stage.get("stage_id", at))
+                for field_name, field_value in stage.items():
+                    if field_name in DEPLOY_STAGE_ENGINE_KEYS:
+                        config.stage_fields.append((stage_id, field_name, field_value))
+                    else:
+                        note(field_name, f"stages[{stage_id}].")
+        else:
+            note(key)
+    return config
 
 
 def stage_overrides(value: str) -> dict[int, dict[str, object]]:
