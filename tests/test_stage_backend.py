@@ -567,7 +567,8 @@ SHM_FULL = ("Failed to increase the shared memory pool size for key 'triton_trit
 
 def shm_full_once(request):
     """The request's sender fails its first response as Triton's does when /dev/shm cannot
-    grow the stage's region (reproduced with a small tmpfs in tests/server/test_shared_memory.py)."""
+    grow the stage's region (the message as a real server gave it with a 4.2 MiB tmpfs over
+    /dev/shm and a long sentence)."""
     real, failed = request.sender.send, []
 
     def send(response=None, flags=0):

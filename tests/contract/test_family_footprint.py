@@ -44,6 +44,8 @@ DEFAULT = {
     "tests/test_gpu_torch.py": "the one family with no PyTorch network (the GPU check's torch tier)",
     "tests/test_sampling.py": "a family with no sampling knobs, as the control",
     "tests/test_stage_backend.py": "the backend host exercised on the default voice's stages",
+    "tests/test_dev_shm_check.py": "the /dev/shm check counts the default voice's stage processes",
+    "tests/test_tritonserver_start.py": "the start retry's stand-in server names the default voice",
     "tests/test_voice_features.py": "a family without uploaded voices, as the control",
     "Dockerfile": "the image's default served family",
     "deploy/k8s/base/config.yaml": "the manifests' default served family",
@@ -122,6 +124,7 @@ NAMED = {
         "tritontts/client/batch.py": "the batch client's example",
         "tritontts/deploy/repository.py": "docstring example of a served checkpoint's stages",
         "tritontts/engine/vllm_talker.py": "docstring: the first in-process frame talker",
+        "tests/server/test_tritontts_serve.py": "tritontts serve from released repo ids in an offline HF cache",
     },
     "omnivoice": {
         "scripts/benchmark_runtimes.py": "its exportable networks, timed per runtime",
@@ -139,6 +142,9 @@ NAMED = {
     "gepard": {
         "tests/contract/test_docs.py": "the control: a descriptor changed",
         "tests/contract/test_layering.py": "the control: a family benchmark rerun as a module",
+    },
+    "voxcpm2": {
+        "tests/server/test_tritontts_serve.py": "tritontts serve from released repo ids in an offline HF cache",
     },
     "auk": {
         "build/README.md": "its checkpoint assembly step",

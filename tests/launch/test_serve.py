@@ -1,45 +1,58 @@
 """`tritontts serve MODEL ...` without starting anything: MODEL resolved (a local folder, a
 Hugging Face repo id from an offline HF cache written here in the cache's own layout), the
 family told from the checkpoint's files, vLLM-Omni's flags translated into the launcher's,
-and the migration table in docs/api.md generated from the one declaration. A served start
-from an HF cache: tests/server/test_tritontts_serve.py."""
+and the migration table in docs/api.md generated from the one declaration. The families
+used are picked from the registry by what they declare (shared tests name none). A served
+start from an HF cache: tests/server/test_tritontts_serve.py."""
 from __future__ import annotations
-
-import shutil
-from pathlib import Path
 
 import pytest
 
 from frontend.serve import translate
-from tritontts.families import FAMILIES
+from tritontts.deploy.profiles import engine_settings_path
+from tritontts.deploy.repository import STAGE_REPOSITORY, served_model_stage
+from tritontts.families import DEFAULT_FAMILY, FAMILIES
 from tritontts.launch import vllm_omni
 from tritontts.launch.resolve import ResolveError, detect, resolve
+from tritontts.launch.vllm_omni import OmniError, omni_stages
 from tritontts.testing.hub import hf_cache
 
-VARIANTS = [(name, {}) for name, f in FAMILIES.items() if f.layout is not None] + [
-    ("qwen3_tts", {"kind": "voice_design"}), ("qwen3_tts", {"kind": "base"})]
+# Every family's default checkpoint and each variant written with checkpoint options.
+CASES = [(name, {}) for name, f in FAMILIES.items() if f.layout is not None] + [
+    (name, v.options) for name, f in FAMILIES.items() if f.layout is not None
+    for v in f.variants.values() if v.options]
 
 
-@pytest.mark.parametrize("name, options", VARIANTS, ids=[f"{n}-{o.get('kind', 'default')}" for n, o in VARIANTS])
-def test_every_familys_checkpoint_is_told_by_its_files_alone_and_its_variant_named(random_checkpoints, name, options):
+def engine(stage: str) -> bool:
+    return engine_settings_path(STAGE_REPOSITORY / stage) is not None
+
+
+# A family with checkpoint kinds (named variants) and released names for them.
+KINDS = next(f for f in FAMILIES.values() if f.variant_of is not None and f.released_names
+             and any(v.options for v in f.variants.values()))
+KIND_OPTIONS = next(v.options for v in KINDS.variants.values() if v.options)
+# A family whose vLLM-Omni stage 0 runs an engine here and stage 1 does not.
+ENGINE_THEN_STAGE = next(f for f in FAMILIES.values() if f.layout is not None and len(omni_stages(f)) > 1
+                         and engine(omni_stages(f)[0]) and not engine(omni_stages(f)[1]))
+
+
+@pytest.mark.parametrize("name, options", CASES, ids=[f"{n}-{'-'.join(map(str, o.values())) or 'default'}"
+                                                      for n, o in CASES])
+def test_every_familys_checkpoint_is_told_by_its_files_alone_and_its_variant_named_as_released(
+        random_checkpoints, name, options):
+    family = FAMILIES[name]
     path = random_checkpoints.get(name, **options)
-    assert detect(path) is FAMILIES[name]
+    assert detect(path) is family
     resolved = resolve(str(path))
-    assert resolved.family is FAMILIES[name] and resolved.path == path.resolve()
-    if name == "qwen3_tts":
-        assert resolved.variant == {"voice_design": "VoiceDesign", "base": "Base"}.get(options.get("kind"), "CustomVoice")
-    if name == "auk":
-        assert resolved.variant == "AuK"
+    assert resolved.family is family and resolved.path == path.resolve()
+    if family.variant_of is not None:
+        assert resolved.variant and any(resolved.variant in released for released in family.released_names)
 
 
-def test_gepard_is_told_by_its_layout_though_its_config_says_qwen3_5_text(random_checkpoints, tmp_path):
-    gepard = random_checkpoints["gepard"]
-    assert detect(gepard).name == "gepard"
-    bare = tmp_path / "bare"
-    shutil.copytree(gepard, bare, symlinks=True)
-    (bare / "gepard_config.json").unlink()          # a plain Qwen3.5 text model: no family's
-    with pytest.raises(ResolveError, match="model_type 'qwen3_5_text'"):
-        detect(bare)
+def test_checkpoint_kinds_of_one_family_are_named_apart(random_checkpoints):
+    kinds = {resolve(str(random_checkpoints.get(KINDS.name, **options))).variant
+             for options in [{}, *(v.options for v in KINDS.variants.values() if v.options)]}
+    assert len(kinds) == 1 + sum(1 for v in KINDS.variants.values() if v.options)
 
 
 def test_an_unknown_checkpoint_is_one_line_saying_what_was_found_and_what_is_known(tmp_path):
@@ -53,74 +66,86 @@ def test_an_unknown_checkpoint_is_one_line_saying_what_was_found_and_what_is_kno
 
 
 def test_a_repo_id_is_the_snapshot_refs_main_names_in_the_hf_cache(random_checkpoints, tmp_path, monkeypatch):
-    snapshot = hf_cache(tmp_path / "hub", "Qwen/Qwen3-TTS-12Hz-1.7B-Base", random_checkpoints.get("qwen3_tts", kind="base"))
+    checkpoint = random_checkpoints.get(KINDS.name, **KIND_OPTIONS)
+    variant = resolve(str(checkpoint)).variant
+    repo_id = next(n for n in KINDS.released_names if n.endswith(variant))
+    snapshot = hf_cache(tmp_path / "hub", repo_id, checkpoint)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    resolved = resolve("Qwen/Qwen3-TTS-12Hz-1.7B-Base")
-    assert resolved.path == snapshot and resolved.family.name == "qwen3_tts" and resolved.variant == "Base"
+    resolved = resolve(repo_id)
+    assert resolved.path == snapshot and resolved.family is KINDS and resolved.variant == variant
 
 
 def test_a_repo_id_missing_offline_is_one_line_naming_it_the_cache_and_the_download_command(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ResolveError) as failed:
-        resolve("openbmb/VoxCPM2")
+        resolve("some-org/some-model")
     message = str(failed.value)
-    assert "\n" not in message and message.startswith("openbmb/VoxCPM2: not in the Hugging Face cache")
-    assert str(tmp_path / "hub") in message and "huggingface-cli download openbmb/VoxCPM2" in message
+    assert "\n" not in message and message.startswith("some-org/some-model: not in the Hugging Face cache")
+    assert str(tmp_path / "hub") in message and "huggingface-cli download some-org/some-model" in message
 
 
-def test_vllm_omnis_flags_become_the_launchers_and_the_ones_without_effect_say_why(random_checkpoints, tmp_path):
-    base = random_checkpoints.get("qwen3_tts", kind="base")
-    custom = random_checkpoints["qwen3_tts"]
-    argv, said = translate([str(custom), "--omni", "--trust-remote-code", "--port", "8000",
+def test_vllm_omnis_flags_become_the_launchers_and_the_ones_without_effect_say_why(random_checkpoints):
+    name, talker = KINDS.name, omni_stages(KINDS)[0]
+    first, second = random_checkpoints[name], random_checkpoints.get(name, **KIND_OPTIONS)
+    argv, said = translate([str(first), "--omni", "--trust-remote-code", "--port", "8000",
                             "--stage-init-timeout", "300", "--gpu-memory-utilization", "0.9",
-                            "--stage-0-max-num-seqs", "2", str(base), "--stage-0-max-model-len=512",
+                            "--stage-0-max-num-seqs", "2", str(second), "--stage-0-max-model-len=512",
                             "--word-aligner", "--served-model-name", "tts"], environ={})
-    assert argv[:2] == ["--families", "qwen3_tts"]
-    assert f"--checkpoint qwen3_tts={custom.resolve()} --served-model-name qwen3_tts={custom}" in " ".join(argv)
-    assert f"--checkpoint qwen3_tts-2={base.resolve()} --served-model-name qwen3_tts-2={base}" in " ".join(argv)
-    # Each --stage-N- applies to the MODEL before it, on its own served stage.
-    assert "--engine-arg qwen3_tts_talker.max_num_seqs=2" in " ".join(argv)
-    assert "--engine-arg qwen3_tts-2_talker.max_model_len=512" in " ".join(argv)
-    assert "--served-model-name qwen3_tts=tts" in " ".join(argv)
-    assert "--startup-timeout 300" in " ".join(argv) and "--word-aligner" in argv
+    joined = " ".join(argv)
+    assert argv[:2] == ["--families", name]
+    assert f"--checkpoint {name}={first.resolve()} --served-model-name {name}={first}" in joined
+    assert f"--checkpoint {name}-2={second.resolve()} --served-model-name {name}-2={second}" in joined
+    # Each --stage-N- applies to the MODEL before it, on that MODEL's own served stage.
+    assert f"--engine-arg {talker}.max_num_seqs=2" in joined
+    assert f"--engine-arg {served_model_stage(name + '-2', KINDS, talker)}.max_model_len=512" in joined
+    assert f"--served-model-name {name}=tts" in joined
+    assert "--startup-timeout 300" in joined and "--word-aligner" in argv
     # The front on 8000: tritonserver moves to 8100-8102.
-    assert "--port 8000" in " ".join(argv) and "--http-port 8100 --grpc-port 8101 --metrics-port 8102" in " ".join(argv)
+    assert "--port 8000" in joined and "--http-port 8100 --grpc-port 8101 --metrics-port 8102" in joined
     assert any(line.startswith("--omni: accepted;") for line in said)
     assert any(line.startswith("--trust-remote-code: accepted; nothing of a checkpoint is executed") for line in said)
     assert any(line.startswith("--gpu-memory-utilization: accepted;") for line in said)
-    assert f"{base}: qwen3_tts (Base), from {base.resolve()}, served as model '{base}'" in said
+    variant = resolve(str(second)).variant
+    assert f"{second}: {name} ({variant}), from {second.resolve()}, served as model '{second}'" in said
 
 
 def test_the_launcher_takes_the_translated_argv_including_a_second_checkpoints_engine_arg(random_checkpoints):
     from frontend.__main__ import parse_args
 
-    base = random_checkpoints.get("qwen3_tts", kind="base")
-    argv, _ = translate([str(random_checkpoints["qwen3_tts"]), str(base), "--stage-0-max-num-seqs", "2"], environ={})
+    name = KINDS.name
+    second = random_checkpoints.get(name, **KIND_OPTIONS)
+    argv, _ = translate([str(random_checkpoints[name]), str(second), "--stage-0-max-num-seqs", "2"], environ={})
     args = parse_args(argv)
-    assert ("qwen3_tts-2_talker", "max_num_seqs", 2) in args.engine_arg
+    assert (served_model_stage(name + "-2", KINDS, omni_stages(KINDS)[0]), "max_num_seqs", 2) in args.engine_arg
     assert args.port == 8000 and (args.http_port, args.grpc_port, args.metrics_port) == (8100, 8101, 8102)
+
+
+def stage_without_engine_says() -> str:
+    stages = omni_stages(ENGINE_THEN_STAGE)
+    return (f"--stage-1-max-num-seqs: {ENGINE_THEN_STAGE.name}) has stages "
+            + ", ".join(f"{i} {s}" for i, s in enumerate(stages))
+            + f"; only {', '.join(str(i) for i, s in enumerate(stages) if engine(s))} run a vLLM engine")
 
 
 @pytest.mark.parametrize("args, says", [
     (["--deploy-config", "/no/such.yaml"], "--deploy-config /no/such.yaml: not readable"),
     (["--api-server-count", "2"], "--api-server-count 2: N > 1 not served yet"),
     (["--no-such-flag"], "--no-such-flag: neither a vLLM-Omni serve flag"),
-    (["--stage-1-max-num-seqs", "2"], "--stage-1-max-num-seqs: qwen3_tts) has stages 0 qwen3_tts_talker, "
-                                       "1 qwen3_tts_code2wav; only 0 run a vLLM engine"),
+    (["--stage-1-max-num-seqs", "2"], None),
 ], ids=["deploy_config", "api_server_count", "unknown", "stage_without_engine"])
 def test_a_flag_that_cannot_be_honoured_is_refused_in_one_line_naming_it(random_checkpoints, args, says):
-    from tritontts.launch.vllm_omni import OmniError
-
+    path = random_checkpoints[ENGINE_THEN_STAGE.name]
     with pytest.raises(OmniError) as failed:
-        translate([str(random_checkpoints["qwen3_tts"]), *args], environ={})
-    assert says in str(failed.value).replace(f"{random_checkpoints['qwen3_tts']} (", "")
+        translate([str(path), *args], environ={})
+    message = str(failed.value)
+    assert "\n" not in message and (says or stage_without_engine_says()) in message.replace(f"{path} (", "")
 
 
-def test_piper_is_served_by_its_name_without_a_checkpoint():
-    argv, said = translate(["piper"], environ={})
-    assert argv[:2] == ["--families", "piper"] and "--checkpoint" not in argv
+def test_the_default_voice_is_served_by_its_name_without_a_checkpoint():
+    argv, said = translate([DEFAULT_FAMILY], environ={})
+    assert argv[:2] == ["--families", DEFAULT_FAMILY] and "--checkpoint" not in argv
 
 
 def test_every_vllm_omni_option_is_in_the_generated_migration_table_of_docs_api_md():
@@ -130,8 +155,8 @@ def test_every_vllm_omni_option_is_in_the_generated_migration_table_of_docs_api_
         assert f"`{option.name}" in text and option.kind in (vllm_omni.MAPPED, vllm_omni.NO_EFFECT, vllm_omni.REFUSED)
 
 
-COSYVOICE3_DEPLOY = """\
-# written in the shape of vLLM-Omni's vllm_omni/deploy/cosyvoice3.yaml
+DEPLOY = """\
+# in the shape of vLLM-Omni's vllm_omni/deploy/*.yaml (a talker, then a code2wav stage)
 async_chunk: true
 dtype: float32
 connectors:
@@ -158,28 +183,28 @@ def test_a_deploy_yaml_sets_dtype_and_each_stages_engine_fields_and_says_what_ha
                                                                                            tmp_path):
     from frontend.__main__ import parse_args
 
-    deploy = tmp_path / "cosyvoice3.yaml"
-    deploy.write_text(COSYVOICE3_DEPLOY)
-    argv, said = translate([str(random_checkpoints["cosyvoice3"]), "--deploy-config", str(deploy)], environ={})
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text(DEPLOY)
+    talker = omni_stages(ENGINE_THEN_STAGE)[0]
+    argv, said = translate([str(random_checkpoints[ENGINE_THEN_STAGE.name]), "--deploy-config", str(deploy)],
+                           environ={})
     joined = " ".join(argv)
-    assert "--engine-arg cosyvoice3_talker.max_num_seqs=8" in joined
-    assert "--engine-arg cosyvoice3_talker.enforce_eager=false" in joined
-    assert "--engine-arg cosyvoice3_talker.enable_prefix_caching=false" in joined and "--dtype float32" in joined
+    assert f"--engine-arg {talker}.max_num_seqs=8" in joined
+    assert f"--engine-arg {talker}.enforce_eager=false" in joined
+    assert f"--engine-arg {talker}.enable_prefix_caching=false" in joined and "--dtype float32" in joined
     args = parse_args(argv)       # the launcher takes every one of them
-    assert ("cosyvoice3_talker", "max_num_seqs", 8) in args.engine_arg and args.dtype == "float32"
+    assert (talker, "max_num_seqs", 8) in args.engine_arg and args.dtype == "float32"
     assert any(line.startswith("--deploy-config async_chunk: accepted;") for line in said)
     assert any(line.startswith("--deploy-config stages[0].gpu_memory_utilization: accepted;") for line in said)
     assert any(line.startswith("--deploy-config stages[0].default_sampling_params: accepted;") for line in said)
-    # Stage 1 is vLLM-Omni's code2wav engine; here a Triton-batched flow: logged, not applied.
+    # Stage 1 is an engine in vLLM-Omni; here it runs none: logged, not applied.
     assert any(line.startswith("--deploy-config stages[1].max_num_seqs: accepted; no effect here") for line in said)
     assert f"warning: --deploy-config {deploy}: unknown key no_such_key: ignored" in said
 
 
 def test_a_deploy_yaml_that_is_not_yaml_is_refused_in_one_line(random_checkpoints, tmp_path):
-    from tritontts.launch.vllm_omni import OmniError
-
     bad = tmp_path / "bad.yaml"
     bad.write_text("stages: [\n  - stage_id: 0\n")
     with pytest.raises(OmniError) as failed:
-        translate([str(random_checkpoints["cosyvoice3"]), "--deploy-config", str(bad)], environ={})
+        translate([str(random_checkpoints[ENGINE_THEN_STAGE.name]), "--deploy-config", str(bad)], environ={})
     assert "\n" not in str(failed.value) and str(failed.value).startswith(f"--deploy-config {bad}: not YAML")

@@ -432,9 +432,9 @@ class TritonServer:
         other than SIGKILL, which is the out-of-memory killer's) is made again, up to `tries`
         starts in all, each retry reported. Triton 2.51's Python backend can crash while its
         stage processes start (a stub's "Fatal Python error: Bus error", then tritonserver's
-        boost::interprocess::lock_exception abort): seen in one CI run (the qwen3_tts-base
-        stack) and in one local run of two test workers (the voxcpm2 stack, /dev/shm at 20 MiB
-        used of 24 GiB); the same start made again succeeded.
+        boost::interprocess::lock_exception abort): seen in one CI run and in one local run of
+        two test workers, /dev/shm at 20 MiB used of 24 GiB; the same start made again
+        succeeded.
         A model that fails to load, a refusal (SharedMemoryShort) or a stall is not retried."""
         for attempt in range(1, tries + 1):
             self.start()

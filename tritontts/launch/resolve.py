@@ -95,7 +95,7 @@ def detect(root: Path) -> Family:
 
 
 def resolve(model: str) -> Resolved:
-    """MODEL to what serves it. A family's own name (e.g. piper) serves its built-in default
+    """MODEL to what serves it. A family's own name serves its built-in default (the default voice)
     where it needs no checkpoint."""
     family = FAMILIES.get(model)
     if family is not None and not family.checkpoint_required and not Path(model).exists():

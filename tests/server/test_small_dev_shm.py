@@ -6,7 +6,7 @@ backend gives each stage process a 1 MiB region there and grows it for large ten
 - Too small to start: the launcher refuses before tritonserver starts, in one line with the
   numbers and the remedy, and nothing is left running.
 
-Enough to start but not to grow is a warning at launch (tests/test_shared_memory.py); a
+Enough to start but not to grow is a warning at launch (tests/test_dev_shm_check.py); a
 stage whose response then does not fit ends the request with a 503 where Triton lets it
 send one (tests/test_stage_backend.py).
 """

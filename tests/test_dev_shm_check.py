@@ -1,6 +1,6 @@
 """/dev/shm against what a server's stage processes take (tritontts/deploy/shared_memory.py),
 without starting one: the stage count from the committed configs, the refusal and warning
-lines. The launch refused for real, with a small tmpfs: tests/server/test_shared_memory.py."""
+lines. The launch refused for real, with a small tmpfs: tests/server/test_small_dev_shm.py."""
 from __future__ import annotations
 
 from tritontts.deploy.shared_memory import MIB, SharedMemoryNeed, stub_count
