@@ -78,6 +78,7 @@ def translate(args: list[str], environ: dict[str, str] | None = None) -> tuple[l
     ours: list[str] = []
     said: list[str] = []
     served_name = None
+    whole = False            # --no-async-chunk: each MODEL synthesizes whole utterances
     i = 0
     while i < len(args):
         token = args[i]
@@ -106,6 +107,9 @@ def translate(args: list[str], environ: dict[str, str] | None = None) -> tuple[l
             stage_args += [(0, stage, key, json_value(v), False) for stage, key, v in deploy.stage_fields]
             ours += ["--dtype", deploy.dtype] if deploy.dtype else []
             said += deploy.said
+            whole = whole or deploy.whole_utterance
+        elif flag == "--no-async-chunk":
+            whole = True
         elif flag == "--served-model-name":
             served_name = value()
         elif flag == "--api-server-count":
@@ -137,7 +141,9 @@ def translate(args: list[str], environ: dict[str, str] | None = None) -> tuple[l
         given = environ.get(option.name)
         if given is None:
             continue
-        if option.name == "COSYVOICE3_BATCH_FLOW":
+        if option.name == "NO_ASYNC_CHUNK":
+            whole = whole or given not in ("", "0")
+        elif option.name == "COSYVOICE3_BATCH_FLOW":
             if given == "0":
                 from tritontts.serving.stage import MAX_ROWS_PER_CALL_ENV
 
@@ -160,6 +166,8 @@ def translate(args: list[str], environ: dict[str, str] | None = None) -> tuple[l
                     + (f", from {r.path}" if r.path is not None else "") + f", served as model {r.model!r}")
     if served_name is not None:
         argv += ["--served-model-name", f"{names[0]}={served_name}"]
+    if whole:
+        argv += whole_utterance_settings(resolved, names)
     for model_index, stage, field, given, strict in stage_args:
         try:
             argv += engine_arg(names[model_index], resolved[model_index], stage, field, given)
@@ -175,6 +183,26 @@ def translate(args: list[str], environ: dict[str, str] | None = None) -> tuple[l
             if flag not in ours:
                 ours += [flag, moved]
     return argv + ours, said
+
+
+def whole_utterance_settings(resolved: list[Resolved], names: list[str]) -> list[str]:
+    """--no-async-chunk: each MODEL's whole-utterance settings (Family.whole_utterance) on its
+    own served stages; OmniError for a MODEL whose family has no such mode."""
+    import json
+
+    from tritontts.deploy.repository import served_model_stage
+    from tritontts.families import FAMILIES
+
+    argv = []
+    for r, name in zip(resolved, names):
+        if not r.family.whole_utterance:
+            having = ", ".join(f.name for f in FAMILIES.values() if f.whole_utterance) or "none"
+            raise OmniError(f"--no-async-chunk: {r.model} ({r.family.name}) has no whole-utterance mode here (its "
+                            f"audio streams in chunks); families that have one: {having}")
+        for stage, settings in r.family.whole_utterance.items():
+            for key, value in settings.items():
+                argv += ["--stage-setting", f"{served_model_stage(name, r.family, stage)}.{key}={json.dumps(value)}"]
+    return argv
 
 
 def json_value(value) -> str:

@@ -220,6 +220,10 @@ class Family:
     # what `tritontts serve MODEL` detects and reports.
     layout: Layout | None = None
     variant_of: Callable[[Any], str] | None = None
+    # The stage settings (stage -> {key: value}) that make it synthesize each utterance whole,
+    # not in streamed chunks: what vLLM-Omni's --no-async-chunk means for it. Empty: it has
+    # no such mode here, and `tritontts serve --no-async-chunk` says so.
+    whole_utterance: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # For tests and benchmarks: a random checkpoint in the real layout, and the extra
     # request fields (beyond input/voice) that a request to it needs.
     write_random_checkpoint: Callable[..., Path] | None = None

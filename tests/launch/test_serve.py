@@ -194,7 +194,6 @@ def test_a_deploy_yaml_sets_dtype_and_each_stages_engine_fields_and_says_what_ha
     assert f"--engine-arg {talker}.enable_prefix_caching=false" in joined and "--dtype float32" in joined
     args = parse_args(argv)       # the launcher takes every one of them
     assert (talker, "max_num_seqs", 8) in args.engine_arg and args.dtype == "float32"
-    assert any(line.startswith("--deploy-config async_chunk: accepted;") for line in said)
     assert any(line.startswith("--deploy-config stages[0].gpu_memory_utilization: accepted;") for line in said)
     assert any(line.startswith("--deploy-config stages[0].default_sampling_params: accepted;") for line in said)
     # Stage 1 is an engine in vLLM-Omni; here it runs none: logged, not applied.
@@ -208,3 +207,32 @@ def test_a_deploy_yaml_that_is_not_yaml_is_refused_in_one_line(random_checkpoint
     with pytest.raises(OmniError) as failed:
         translate([str(random_checkpoints[ENGINE_THEN_STAGE.name]), "--deploy-config", str(bad)], environ={})
     assert "\n" not in str(failed.value) and str(failed.value).startswith(f"--deploy-config {bad}: not YAML")
+
+
+WHOLE = next(f for f in FAMILIES.values() if f.whole_utterance and f.layout is not None)
+
+
+@pytest.mark.parametrize("how", ["flag", "environment", "deploy_yaml"])
+def test_no_async_chunk_sets_the_whole_utterance_mode_of_a_family_that_has_one(random_checkpoints, tmp_path, how):
+    from frontend.__main__ import parse_args
+
+    path = str(random_checkpoints[WHOLE.name])
+    if how == "flag":
+        argv, _ = translate([path, "--no-async-chunk"], environ={})
+    elif how == "environment":
+        argv, _ = translate([path], environ={"NO_ASYNC_CHUNK": "1"})
+    else:
+        deploy = tmp_path / "deploy.yaml"
+        deploy.write_text("async_chunk: false\n")
+        argv, _ = translate([path, "--deploy-config", str(deploy)], environ={})
+    settings = parse_args(argv).stage_setting
+    assert settings == [(stage, key, value) for stage, keys in WHOLE.whole_utterance.items()
+                        for key, value in keys.items()]
+
+
+def test_no_async_chunk_for_a_family_without_a_whole_utterance_mode_is_refused_naming_those_that_have_one(
+        random_checkpoints):
+    other = next(f for f in FAMILIES.values() if not f.whole_utterance and f.layout is not None)
+    with pytest.raises(OmniError) as failed:
+        translate([str(random_checkpoints[other.name]), "--no-async-chunk"], environ={})
+    assert "has no whole-utterance mode here" in str(failed.value) and WHOLE.name in str(failed.value)

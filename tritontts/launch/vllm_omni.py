@@ -51,15 +51,16 @@ FLAGS: tuple[OmniOption, ...] = (
                "stage's engine fields (max_num_seqs, max_model_len, "
                "max_num_batched_tokens, enable_prefix_caching, enforce_eager) as --stage-N-FIELD; every other key "
                "is logged with why it has no effect here, an unknown one named in a warning", None),
-    OmniOption("--no-async-chunk", None, REFUSED, "not mapped yet: every family streams in chunks; "
-               "non_streaming_mode is a request field of the families that take it"),
+    OmniOption("--no-async-chunk", None, MAPPED, "each MODEL whose family has a whole-utterance mode "
+               "(Family.whole_utterance: GLM-TTS) synthesizes each utterance whole (--stage-setting); for a "
+               "family without one it is refused, naming the families that have it", None),
     OmniOption("--api-server-count", "N", REFUSED, "N > 1 not served yet: start more fronts on other ports "
                "with --triton-url (they share voices through --voices-dir); 1 is accepted"),
 )
 
 ENV: tuple[OmniOption, ...] = (
     OmniOption("GPUS", "IDS", MAPPED, "the GPU ids of the gpu profile (--gpus)", lambda v: ["--gpus", v]),
-    OmniOption("NO_ASYNC_CHUNK", "1", REFUSED, "as --no-async-chunk"),
+    OmniOption("NO_ASYNC_CHUNK", "1", MAPPED, "as --no-async-chunk", None),
     OmniOption("COSYVOICE3_BATCH_FLOW", "0", MAPPED, "0: every batched stage computes its rows one by one "
                "(TRITONTTS_MAX_ROWS_PER_CALL=1): a request's numbers never depend on what is batched beside it",
                None),
@@ -121,7 +122,7 @@ DEPLOY_STAGE_ENGINE_KEYS = ("max_num_seqs", "max_model_len", "max_num_batched_to
 DEPLOY_NO_EFFECT = {
     "pipeline": "the family is told from the checkpoint's own files",
     "trust_remote_code": "nothing of a checkpoint is executed",
-    "async_chunk": "every family streams its stages' chunks; there is no synchronous mode to choose",
+    "async_chunk": None,     # false: as --no-async-chunk
     "connectors": "the stages pass chunks through Triton's decoupled ensemble, not a connector; each family's "
                   "chunk sizes are its talker stage's 1/model.json (--stage-setting STAGE.chunks=...)",
     "stage_id": None, "engine_args": None,
@@ -146,6 +147,7 @@ class DeployConfig:
     dtype: str | None
     stage_fields: list[tuple[int, str, object]]
     said: list[str]
+    whole_utterance: bool = False        # async_chunk: false, as --no-async-chunk
 
 
 def read_deploy_config(path: str) -> DeployConfig:
@@ -171,6 +173,8 @@ def read_deploy_config(path: str) -> DeployConfig:
     for key, value in data.items():
         if key == "dtype":
             config.dtype = str(value)
+        elif key == "async_chunk":
+            config.whole_utterance = value is False
         elif key == "stages":
             if not isinstance(value, list):
                 raise OmniError(f"--deploy-config {path}: stages is a list of stage mappings")

@@ -40,6 +40,8 @@ FAMILY = Family(
                            "its transcript (upstream's zero-shot prompt)", transcript=True),),
     released_names=("zai-org/GLM-TTS",),
     layout=Layout(files=("llm/config.json", "vq32k-phoneme-tokenizer/tokenizer.model", "flow")),
+    # upstream's whole-utterance synthesis per segment (full-attention flow, one vocoder pass)
+    whole_utterance={"glm_tts_talker": {"non_streaming_mode": True}},
     write_random_checkpoint=lazy(__package__, ".random_checkpoint:write_random_checkpoint"),
     torch_networks=lazy(__package__, ".networks:torch_networks"),
     example_params=synthetic_reference,     # a 3 s reference: the shortest the family takes
