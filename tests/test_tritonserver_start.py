@@ -55,7 +55,9 @@ def test_cpu_seconds_keep_the_work_of_a_process_that_ended():
     """A process of the server's group that worked and ended (reaped, gone from /proc) keeps
     its count: the total never falls, so a start that worked never looks idle (before, the
     stall detector printed negative CPU-seconds after stage processes died)."""
-    child = "import time; end = time.process_time() + 1.5\nwhile time.process_time() < end: pass"
+    # The child idles a moment after its work, so the reader sees all of it before it ends
+    # (read every 0.1 s, a child ending straight after its work could leave its last 0.1 s unseen).
+    child = "import time; end = time.process_time() + 1.5\nwhile time.process_time() < end: pass\ntime.sleep(0.5)"
     server = server_running(f"import subprocess, sys, time; time.sleep(0.3); "
                             f"subprocess.run([sys.executable, '-c', {child!r}]); time.sleep(60)")
     try:

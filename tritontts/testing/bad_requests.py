@@ -251,7 +251,7 @@ WEBSOCKET = [
         ['{"type": "session.config", "model": "cosyvoice3", "ref_text": "Hi.", '
          '"ref_audio": "http://169.254.169.254/"}'], 400, "link-local", "ref_audio"),
     Bad("ws unknown voice", "ws", ['{"type": "session.config", "model": "piper", "voice": "nobody"}',
-                                   '{"type": "input.text", "text": "Hello there. "}'], 400,
+                                   '{"type": "input.text", "text": "Hello there. "}', '{"type": "input.done"}'], 400,
         "unknown voice", needs_triton=True),
     Bad("ws config bad granularity", "ws", ['{"type": "session.config", "model": "piper", '
                                             '"split_granularity": "word"}'], 400, "invalid session.config"),
