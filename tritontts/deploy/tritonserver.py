@@ -283,6 +283,9 @@ class TritonServer:
                f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}",
                f"--metrics-port={self.metrics_port}",
                "--exit-timeout-secs=10", "--log-verbose=0"]
+        # Its stages' shared-memory regions under a prefix of its own: what a server killed
+        # or crashed leaves in /dev/shm is found and removed (_kill_group), never another's.
+        cmd += [f"--backend-config=python,shm-region-prefix-name={self.region_prefix}"]
         cmd += [f"--model-repository={repo}" for repo in self.repositories]
         cmd += [f"--load-model={model}" for model in self.load_order().at_start]
         return cmd
@@ -506,12 +509,30 @@ class TritonServer:
         live.pop(self.process.pid, None)
         return live
 
+    @property
+    def region_prefix(self) -> str:
+        """The name prefix of its stages' regions in /dev/shm (Triton's Python backend adds a
+        UUID), unique to this launcher process and port."""
+        return f"tritontts_{os.getpid()}_{self.grpc_port}_"
+
     def _kill_group(self) -> None:
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         self.process.wait()
+        self._remove_regions()
+
+    def _remove_regions(self) -> None:
+        """The regions a server that was killed or crashed left in /dev/shm (one that stops
+        cleanly removes its own): memory nothing frees otherwise, run after run."""
+        from ..serving.shared_memory import SHM_DIR
+
+        for region in SHM_DIR.glob(self.region_prefix + "*"):
+            try:
+                region.unlink()
+            except OSError:
+                pass
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stopping = True
