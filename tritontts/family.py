@@ -86,7 +86,8 @@ class Layout:
     """How a family's checkpoint folder is told from its files alone (`tritontts serve MODEL`
     names no family): every path of `files` present (a glob pattern matches any file), and
     each key of config.json's `config` among its values. Two families' layouts never both
-    match one folder (tests/contract/test_checkpoint_layouts.py)."""
+    match one folder: detect refuses a folder two match, and tests/launch/test_serve.py
+    detects every family's checkpoint."""
     files: tuple[str, ...] = ()
     config: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
@@ -105,11 +106,11 @@ class Layout:
 
 def config_json(root: Path) -> dict[str, Any]:
     """The folder's config.json as a dict ({} when it has none or it is not a JSON object)."""
-    import json
+    from .weights.checkpoint import read_json
 
     try:
-        value = json.loads((root / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        value = read_json(root / "config.json")
+    except CheckpointError:
         return {}
     return value if isinstance(value, dict) else {}
 

@@ -41,6 +41,11 @@ class WiringError(ValueError):
     """The stages cannot form a valid ensemble; the message says which tensor and why."""
 
 
+def model_folder(name: str, repositories: tuple[Path, ...]) -> Path | None:
+    """The folder of model `name` in the first of `repositories` that has it (None: none)."""
+    return next((repo / name for repo in repositories if (repo / name / "config.pbtxt").is_file()), None)
+
+
 def read_config(path: Path) -> mc.ModelConfig:
     config = mc.ModelConfig()
     text_format.Parse(path.read_text(), config)
@@ -140,14 +145,12 @@ def committed_stage(name: str) -> str:
     """The committed stage (model_repository/<stage>) a served stage name is a copy of: itself,
     or for another checkpoint's renamed stage (qwen3_tts-base_talker) the family's own
     (qwen3_tts_talker)."""
-    from ..families import FAMILIES, MODEL_SUFFIX_SEPARATOR
+    from ..families import FAMILIES, family_of
 
-    family, sep, rest = name.partition(MODEL_SUFFIX_SEPARATOR)
-    if sep and family in FAMILIES:
-        for stage in FAMILIES[family].stages:
-            tail = stage[len(family):]
-            suffix = rest[:len(rest) - len(tail)] if rest.endswith(tail) else ""
-            if suffix and suffix.replace("_", "").isalnum():
+    for family in FAMILIES.values():
+        for stage in family.stages:
+            model = name[:-len(stage) + len(family.name)] if name.endswith(stage[len(family.name):]) else ""
+            if model != family.name and family_of(model) is family:
                 return stage
     return name
 

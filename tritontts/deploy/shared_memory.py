@@ -71,16 +71,13 @@ def remedy(need: int) -> str:
 def stub_count(models: list[str] | tuple[str, ...], repositories: tuple[Path, ...]) -> int:
     """The Python-backend processes tritonserver starts for `models` (ensembles expanded to
     their steps; each stage's instance_group counts, 1 where it names none)."""
-    from .repository import read_config
-
-    def folder(name: str) -> Path | None:
-        return next((repo / name for repo in repositories if (repo / name / "config.pbtxt").is_file()), None)
+    from .repository import model_folder, read_config
 
     stubs: dict[str, int] = {}
     todo = list(models)
     while todo:
         name = todo.pop()
-        where = folder(name)
+        where = model_folder(name, repositories)
         if name in stubs or where is None:
             continue
         config = read_config(where / "config.pbtxt")

@@ -229,17 +229,15 @@ class LoadOrder:
     @classmethod
     def of(cls, models: list[str], repositories: tuple[Path, ...], always: tuple[str, ...] = ()) -> "LoadOrder":
         from .profiles import engine_settings_path
-        from .repository import read_config
-
-        def folder(name: str) -> Path | None:
-            return next((repo / name for repo in repositories if (repo / name / "config.pbtxt").is_file()), None)
+        from .repository import model_folder, read_config
 
         at_start, engines, after = list(always), [], []
         for model in models:
-            where = folder(model)
+            where = model_folder(model, repositories)
             steps = [step.model_name for step in read_config(where / "config.pbtxt").ensemble_scheduling.step] \
                 if where else []
-            step_engines = [s for s in steps if (f := folder(s)) is not None and engine_settings_path(f)]
+            step_engines = [s for s in steps
+                            if (f := model_folder(s, repositories)) is not None and engine_settings_path(f)]
             if not step_engines:
                 at_start.append(model)
                 continue
@@ -606,8 +604,9 @@ def shared_memory_refusal(args: list[str]) -> str | None:
         models = [d.name for repo in repositories if repo.is_dir() for d in sorted(repo.iterdir())
                   if (d / "config.pbtxt").is_file()]
     need = shared_memory.check(models, repositories)
-    if need.warning() is not None:
-        print(f"warning: {need.warning()}", file=sys.stderr, flush=True)
+    warning = need.warning()
+    if warning is not None:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     return need.refusal()
 
 

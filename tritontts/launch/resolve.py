@@ -84,7 +84,7 @@ def detect(root: Path) -> Family:
     matches = [family for family in FAMILIES.values() if family.layout is not None and family.layout.matches(root)]
     if len(matches) == 1:
         return matches[0]
-    if matches:      # two layouts overlap: a bug of ours (tests/contract/test_checkpoint_layouts.py)
+    if matches:      # two layouts overlap: a bug of ours (tests/launch/test_serve.py would fail)
         raise ResolveError(f"{root}: the checkpoint layouts of {', '.join(f.name for f in matches)} all match")
     files = sorted(p.name + ("/" if p.is_dir() else "") for p in root.iterdir())[:12] if root.is_dir() else []
     model_type = config_json(root).get("model_type")

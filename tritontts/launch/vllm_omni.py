@@ -200,7 +200,8 @@ def stage_overrides(value: str) -> dict[int, dict[str, object]]:
             raise ValueError("not a JSON object")
         return {int(n): dict(fields) for n, fields in given.items()}
     except (ValueError, TypeError) as exc:
-        raise OmniError(f'--stage-overrides {value!r}: give a JSON object {{"N": {{"FIELD": VALUE}}}} ({exc})') from None
+        raise OmniError(f'--stage-overrides {value!r}: give a JSON object {{"N": {{"FIELD": VALUE}}}} '
+                        f'({exc})') from None
 
 
 if __name__ == "__main__":
